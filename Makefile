@@ -1,0 +1,101 @@
+# capsan — build everything into build/, usable from the checkout.
+#   make            build libcapsan.so, the capsan CLI, the Python package
+#   make demo       install what is missing, build, run a buggy example under capsan
+#   make test       install what is missing, build, run the whole test suite
+#   make bench      overhead benchmarks (ratios against a plain run)
+#   make install PREFIX=/usr/local
+
+PREFIX   ?= /usr/local
+PYTHON   ?= /usr/bin/python3
+CC       ?= cc
+B        := build
+PYINC    := $(shell $(PYTHON) -c 'import sysconfig; print(sysconfig.get_paths()["include"])' 2>/dev/null)
+NPINC    := $(shell $(PYTHON) -c 'import numpy; print(numpy.get_include())' 2>/dev/null)
+WARN     := -Wall -Wextra -Werror
+CFLAGS   ?= -O2 -g
+CFLAGS   += -std=c11 -D_GNU_SOURCE $(WARN) -fno-omit-frame-pointer
+# the runtime: PIC, hidden by default (only capsan_* is exported), no libpython link
+RT_CFLAGS := $(CFLAGS) -fPIC -fvisibility=hidden -I$(PYINC) -Ipreload -Ireports
+RT_SRC   := $(wildcard preload/*.c) reports/render.c
+RT_OBJ   := $(patsubst %.c,$(B)/obj/rt/%.o,$(RT_SRC))
+# the report tool
+CLI_SRC  := $(filter-out reports/render.c,$(wildcard reports/*.c))
+CLI_OBJ  := $(patsubst %.c,$(B)/obj/cli/%.o,$(CLI_SRC) preload/lifecycle.c reports/render.c)
+CLI_LIBS := -ldw -lelf -lm
+FIX_SRC  := $(wildcard tests/fixtures/*.c)
+FIX_SO   := $(patsubst tests/fixtures/%.c,$(B)/tests/%.so,$(FIX_SRC))
+UNIT_SRC := $(wildcard tests/unit/*.c)
+UNIT_BIN := $(patsubst tests/unit/%.c,$(B)/tests/unit/%,$(UNIT_SRC))
+PY_SRC   := $(wildcard pyhook/capsan/*.py)
+PY_OUT   := $(patsubst pyhook/capsan/%,$(B)/python/capsan/%,$(PY_SRC))
+
+.PHONY: all deps demo test test-c test-py bench install clean check-numpy
+all: $(B)/lib/libcapsan.so $(B)/bin/capsan python
+
+$(B)/obj/rt/%.o: %.c $(wildcard preload/*.h preload/*.inc reports/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(RT_CFLAGS) -c $< -o $@
+
+$(B)/lib/libcapsan.so: $(RT_OBJ) preload/exports.map
+	@mkdir -p $(dir $@)
+	$(CC) -shared -o $@ $(RT_OBJ) -Wl,--version-script=preload/exports.map \
+	  -Wl,-z,now -Wl,-z,relro -Wl,--no-undefined -ldl -lpthread
+
+$(B)/obj/cli/%.o: %.c $(wildcard preload/*.h preload/*.inc reports/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Ipreload -Ireports -c $< -o $@
+
+$(B)/bin/capsan: $(CLI_OBJ)
+	@mkdir -p $(dir $@)
+	$(CC) -o $@ $(CLI_OBJ) $(CLI_LIBS)
+
+python: $(PY_OUT)
+$(B)/python/capsan/%: pyhook/capsan/%
+	@mkdir -p $(dir $@)
+	cp $< $@
+
+# buggy and clean fixture extensions used by the tests
+$(B)/tests/%.so: tests/fixtures/%.c $(wildcard tests/fixtures/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -fPIC -shared -I$(PYINC) -I$(NPINC) -Ipreload -o $@ $<
+
+# a shared-libpython interpreter: Debian's /usr/bin/python3 links libpython statically
+$(B)/tests/pyshared: tests/pyshared.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -I$(PYINC) -o $@ $< -lpython3.11
+
+$(B)/tests/unit/%: tests/unit/%.c $(B)/obj/cli/preload/lifecycle.o $(B)/obj/cli/reports/render.o
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Ipreload -Ireports -o $@ $< $(B)/obj/cli/preload/lifecycle.o $(B)/obj/cli/reports/render.o
+
+fixtures: $(FIX_SO) $(B)/tests/pyshared $(UNIT_BIN)
+
+deps:
+	@bash .ci/deps
+
+demo: deps
+	@$(MAKE) --no-print-directory all fixtures
+	@bash examples/demo.sh
+
+test: deps
+	@$(MAKE) --no-print-directory all fixtures
+	@$(MAKE) --no-print-directory test-c
+	@$(MAKE) --no-print-directory test-py
+
+test-c: $(UNIT_BIN)
+	@for t in $(UNIT_BIN); do $$t || exit 1; done
+
+test-py:
+	@cd tests && $(PYTHON) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+
+bench: all fixtures
+	@$(PYTHON) bench/run.py
+
+install: all
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/lib/capsan/python/capsan
+	install -m 755 $(B)/bin/capsan $(DESTDIR)$(PREFIX)/bin/capsan
+	install -m 755 $(B)/lib/libcapsan.so $(DESTDIR)$(PREFIX)/lib/libcapsan.so
+	cp -r $(B)/python/capsan/. $(DESTDIR)$(PREFIX)/lib/capsan/python/capsan/
+
+clean:
+	rm -rf $(B)

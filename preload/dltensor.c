@@ -1,0 +1,153 @@
+/* DLPack struct checks (see dltensor.h). */
+#include "dltensor.h"
+
+#include <stddef.h>
+#include <string.h>
+
+#include "tracefmt.h"
+
+/* Own declarations of the layouts (dlpack.h 0.6 has no versioned struct). */
+typedef struct { int32_t device_type, device_id; } dl_device;
+typedef struct { uint8_t code, bits; uint16_t lanes; } dl_dtype;
+typedef struct {
+    void *data;
+    dl_device device;
+    int32_t ndim;
+    dl_dtype dtype;
+    int64_t *shape;
+    int64_t *strides;
+    uint64_t byte_offset;
+} dl_tensor;
+typedef struct { uint32_t major, minor; } dl_version;
+typedef struct {
+    dl_version version;
+    void *manager_ctx;
+    void (*deleter)(void *);
+    uint64_t flags;
+    dl_tensor dl_tensor;
+} dl_managed_versioned;
+
+_Static_assert(sizeof(dl_tensor) == 48, "DLTensor layout");
+_Static_assert(offsetof(dl_managed_versioned, dl_tensor) == CS_DLV_TENSOR_OFF, "versioned layout");
+
+#define MAX_NDIM 64
+
+static int plausible(const void *p)
+{
+    uintptr_t a = (uintptr_t)p;
+    return a >= 4096 && a < 0x800000000000ull && (a & 7) == 0;
+}
+
+static const dl_tensor *tensor_of(const void *mt, int versioned)
+{
+    return (const dl_tensor *)((const char *)mt + (versioned ? CS_DLV_TENSOR_OFF : 0));
+}
+
+static uint32_t fnv(uint32_t h, const void *p, size_t n)
+{
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ b[i]) * 16777619u;
+    return h;
+}
+
+uint32_t cs_dl_fingerprint(const void *mt, int versioned)
+{
+    if (!plausible(mt))
+        return 0;
+    const dl_tensor *t = tensor_of(mt, versioned);
+    uint32_t h = fnv(2166136261u, t, sizeof *t);
+    if (t->ndim > 0 && t->ndim <= MAX_NDIM) {
+        size_t n = (size_t)t->ndim * sizeof(int64_t);
+        if (plausible(t->shape))
+            h = fnv(h, t->shape, n);
+        if (plausible(t->strides))
+            h = fnv(h, t->strides, n);
+    }
+    return h;
+}
+
+uint64_t cs_dl_byte_offset(const void *mt, int versioned)
+{
+    return plausible(mt) ? tensor_of(mt, versioned)->byte_offset : 0;
+}
+
+static int valid_device(int32_t d)
+{
+    return (d >= 1 && d <= 4) || (d >= 7 && d <= 18);
+}
+
+int cs_dl_check(const void *mt, int versioned, cs_dl_problem *out, int max, uint64_t *nbytes,
+                uint32_t *fingerprint)
+{
+    int n = 0;
+#define PROBLEM(r, c, v)                                                     \
+    do {                                                                     \
+        if (n < max)                                                         \
+            out[n++] = (cs_dl_problem){(r), (c), (int64_t)(v)};              \
+    } while (0)
+    *nbytes = 0;
+    *fingerprint = 0;
+    if (!plausible(mt)) {
+        PROBLEM(1, CS_BAD_NULL_POINTER, (uintptr_t)mt);
+        return n;
+    }
+    const dl_tensor *t = tensor_of(mt, versioned);
+    if (versioned) {
+        const dl_managed_versioned *v = mt;
+        if (v->version.major != 1)
+            PROBLEM(13, CS_BAD_VERSION_MAJOR, v->version.major);
+        if (v->flags & ~(uint64_t)7)
+            PROBLEM(21, CS_BAD_FLAGS, v->flags);
+    }
+    if (t->ndim < 0 || t->ndim > MAX_NDIM) {
+        PROBLEM(15, CS_BAD_NDIM, t->ndim);
+        return n; /* shape cannot be read safely */
+    }
+    int64_t elems = 1;
+    if (t->ndim > 0) {
+        if (!t->shape) {
+            PROBLEM(15, CS_BAD_NULL_SHAPE, 0);
+            elems = -1;
+        } else if (!plausible(t->shape)) {
+            elems = -1;
+        } else {
+            for (int i = 0; i < t->ndim; i++) {
+                if (t->shape[i] < 0) {
+                    PROBLEM(15, CS_BAD_NEGATIVE_SHAPE, t->shape[i]);
+                    elems = -1;
+                    break;
+                }
+                elems *= t->shape[i];
+            }
+        }
+        if (versioned && !t->strides) {
+            const dl_managed_versioned *v = mt;
+            if (v->version.major > 1 || (v->version.major == 1 && v->version.minor >= 2))
+                PROBLEM(16, CS_BAD_NULL_STRIDES_V12, 0);
+        }
+    }
+    uint8_t code = t->dtype.code, bits = t->dtype.bits;
+    if (code > 17)
+        PROBLEM(18, CS_BAD_DTYPE_CODE, code);
+    else if (code == 6 && bits != 8)
+        PROBLEM(18, CS_BAD_BOOL_BITS, bits);
+    else if ((code == 15 || code == 16) ? bits != 6 : code == 17 ? bits != 4
+             : (code <= 1) ? (bits == 0 || (bits % 8 && bits != 1 && bits != 2 && bits != 4))
+                           : (bits == 0 || bits % 8))
+        PROBLEM(18, CS_BAD_DTYPE_BITS, bits);
+    if (t->dtype.lanes == 0)
+        PROBLEM(18, CS_BAD_DTYPE_LANES, 0);
+    if (!valid_device(t->device.device_type))
+        PROBLEM(19, CS_BAD_DEVICE_TYPE, t->device.device_type);
+    else if ((t->device.device_type == 1 || t->device.device_type == 3 ||
+              t->device.device_type == 11) && t->device.device_id != 0)
+        PROBLEM(19, CS_BAD_DEVICE_ID, t->device.device_id);
+    if (elems > 0 && !t->data)
+        PROBLEM(17, CS_BAD_NULL_DATA, 0);
+    if (elems >= 0)
+        *nbytes = (uint64_t)elems * (((uint64_t)bits * (t->dtype.lanes ? t->dtype.lanes : 1) + 7) / 8);
+    *fingerprint = cs_dl_fingerprint(mt, versioned);
+    return n;
+#undef PROBLEM
+}

@@ -1,0 +1,34 @@
+/* Reading DLPack structs defensively: the field checks of rulebook
+ * R13-R21, the tensor's byte size, and a fingerprint of the loaned
+ * metadata (R20). The layouts are x86-64 DLPack 0.6 / 1.x. */
+#ifndef CAPSAN_DLTENSOR_H
+#define CAPSAN_DLTENSOR_H
+
+#include <stdint.h>
+
+#define CS_DL_DELETER_OFF 56        /* DLManagedTensor.deleter */
+#define CS_DLV_DELETER_OFF 16       /* DLManagedTensorVersioned.deleter */
+#define CS_DLV_TENSOR_OFF 32        /* DLManagedTensorVersioned.dl_tensor */
+#define CS_DL_BYTE_OFFSET_OFF 40    /* DLTensor.byte_offset */
+
+typedef struct cs_dl_problem {
+    uint32_t rule;   /* 13..21 */
+    uint32_t code;   /* CS_BAD_* */
+    int64_t value;
+} cs_dl_problem;
+
+/* Check a managed struct; fills up to max problems, returns their count.
+ * *nbytes gets the data size (0 if unknown), *fingerprint the metadata
+ * hash. Never dereferences an implausible pointer. */
+int cs_dl_check(const void *mt, int versioned, cs_dl_problem *out, int max, uint64_t *nbytes,
+                uint32_t *fingerprint);
+/* Only the fingerprint (at consume and delete, to see R20 mutations). */
+uint32_t cs_dl_fingerprint(const void *mt, int versioned);
+uint64_t cs_dl_byte_offset(const void *mt, int versioned);
+
+static inline void **cs_dl_deleter_slot(void *mt, int versioned)
+{
+    return (void **)((char *)mt + (versioned ? CS_DLV_DELETER_OFF : CS_DL_DELETER_OFF));
+}
+
+#endif

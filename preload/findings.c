@@ -1,0 +1,146 @@
+/* Live findings: queued by the lifecycle callback (which runs under a
+ * stripe lock) and printed right after, LeakSanitizer style, so a report
+ * is on stderr before the bug it describes can crash the process. */
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "options.h"
+#include "render.h"
+#include "runtime.h"
+#include "stack.h"
+#include "tracefile.h"
+
+static __thread cs_finding *pending;
+static __thread unsigned npending, cappending;
+static pthread_mutex_t print_mu = PTHREAD_MUTEX_INITIALIZER;
+static cs_summary summary;
+static _Atomic unsigned n_errors, n_total;
+static unsigned printed;
+
+void cs_findings_cb(void *ud, const cs_finding *f)
+{
+    (void)ud;
+    if (npending == cappending) {
+        unsigned ncap = cappending ? cappending * 2 : 4;
+        cs_finding *n = realloc(pending, ncap * sizeof *n);
+        if (!n)
+            return;
+        pending = n;
+        cappending = ncap;
+    }
+    pending[npending++] = *f;
+    atomic_fetch_add(&n_total, 1);
+    if (cs_kind_severity(f->kind) == CS_SEV_ERROR)
+        atomic_fetch_add(&n_errors, 1);
+}
+
+unsigned cs_findings_errors(void) { return atomic_load(&n_errors); }
+unsigned cs_findings_total(void) { return atomic_load(&n_total); }
+
+/* ---- an in-process stack source: dladdr names, good enough live; the
+ * report tool symbolizes with DWARF ---- */
+static int src_raw(void *ud, uint32_t id, uint64_t *v, int max)
+{
+    (void)ud;
+    return cs_stack_raw(id, v, max);
+}
+
+static int src_native(void *ud, uint64_t ip, cs_frame_info *out, int max)
+{
+    (void)ud;
+    (void)max;
+    Dl_info di;
+    memset(out, 0, sizeof *out);
+    out->address = ip;
+    if (ip && dladdr((void *)(uintptr_t)(ip - 1), &di)) {
+        out->module = di.dli_fname;
+        out->offset = ip - (uint64_t)(uintptr_t)di.dli_fbase;
+        out->function = di.dli_sname;
+    }
+    return 1;
+}
+
+static int src_code(void *ud, uint32_t id, const char **file, const char **name)
+{
+    (void)ud;
+    return cs_stack_code(id, file, name);
+}
+
+static const cs_stack_source live_src = {NULL, src_raw, src_native, src_code};
+
+static void out_fd(void *ud, const char *s, size_t n)
+{
+    (void)ud;
+    while (n) {
+        ssize_t w = write(2, s, n);
+        if (w <= 0)
+            return;
+        s += w;
+        n -= (size_t)w;
+    }
+}
+
+static cs_proc_info proc_info(void)
+{
+    cs_proc_info p = {.pid = (uint64_t)getpid(), .ppid = (uint64_t)getppid()};
+    return p;
+}
+
+void cs_findings_flush(void)
+{
+    if (!npending)
+        return;
+    int text = strcmp(cs_opt.report, "text") == 0;
+    cs_out o = {out_fd, NULL, text && isatty(2)};
+    cs_proc_info p = proc_info();
+    pthread_mutex_lock(&print_mu);
+    for (unsigned i = 0; i < npending; i++) {
+        cs_summary_add(&summary, &pending[i]);
+        if (text && printed < (unsigned)cs_opt.max_findings) {
+            cs_render_text_finding(&o, &p, &pending[i], &live_src);
+            printed++;
+        }
+    }
+    pthread_mutex_unlock(&print_mu);
+    npending = 0;
+}
+
+void cs_findings_summary(void)
+{
+    if (strcmp(cs_opt.report, "text") != 0 || !atomic_load(&n_total))
+        return;
+    cs_out o = {out_fd, NULL, isatty(2)};
+    cs_proc_info p = proc_info();
+    pthread_mutex_lock(&print_mu);
+    if (printed < summary.errors + summary.warnings)
+        cs_outf(&o, "==%d==capsan: %u more finding(s) not shown (max_findings=%ld)\n",
+                (int)p.pid, summary.errors + summary.warnings - printed, cs_opt.max_findings);
+    const char *tp = cs_trace_path();
+    if (*tp)
+        cs_outf(&o, "==%d==capsan: trace written to %s (capsan report %s)\n", (int)p.pid, tp, tp);
+    cs_render_text_summary(&o, &p, &summary);
+    pthread_mutex_unlock(&print_mu);
+}
+
+void cs_findings_mark_skipped(const cs_event *ev)
+{
+    for (unsigned i = 0; i < npending; i++)
+        for (unsigned j = 0; j < pending[i].nevents; j++) {
+            cs_event *e = &pending[i].events[j];
+            if (e->kind == ev->kind && e->time_ns == ev->time_ns && e->thread == ev->thread)
+                e->flags |= CS_EVF_SKIPPED;
+        }
+}
+
+void cs_findings_reset_child(void)
+{
+    memset(&summary, 0, sizeof summary);
+    atomic_store(&n_errors, 0);
+    atomic_store(&n_total, 0);
+    printed = 0;
+    pthread_mutex_init(&print_mu, NULL);
+}

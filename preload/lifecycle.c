@@ -1,0 +1,725 @@
+/* Events -> findings: the DLPack state machine (CREATED -> CONSUMED ->
+ * RELEASED, rulebook R3..R21) and NumPy block pairing (R29).
+ *
+ * Objects are keyed by (namespace, address) in NSTRIPES open-addressing
+ * tables. Released objects stay as tombstones so that a repeated delete or
+ * free is recognised; each stripe keeps at most TOMB_PER_STRIPE of them in a
+ * FIFO, a bound shared by the runtime and the reader so both judge alike. */
+#include "lifecycle.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define NSTRIPES 64
+#define TOMB_PER_STRIPE 1024
+
+static const struct {
+    const char *name;
+    int sev;
+    const char *help;
+} kinds[CS_KIND_COUNT] = {
+    [CS_KIND_NONE] = {"none", 0, ""},
+#define KIND(e, n, s, h) [CS_KIND_##e] = {n, s, h},
+#include "kinds.inc"
+#undef KIND
+};
+
+const char *cs_kind_name(int k) { return k > 0 && k < CS_KIND_COUNT ? kinds[k].name : "unknown"; }
+int cs_kind_severity(int k) { return k > 0 && k < CS_KIND_COUNT ? kinds[k].sev : 0; }
+const char *cs_kind_help(int k) { return k > 0 && k < CS_KIND_COUNT ? kinds[k].help : ""; }
+
+int cs_kind_from_name(const char *name)
+{
+    for (int k = 1; k < CS_KIND_COUNT; k++)
+        if (strcmp(kinds[k].name, name) == 0)
+            return k;
+    return CS_KIND_NONE;
+}
+
+/* Per-object flags */
+#define OF_VERSIONED 0x01
+#define OF_CAPSULE_DEAD 0x02   /* the exporting capsule was destroyed */
+#define OF_CAPSULE_USED 0x04   /* the exporting capsule was renamed used_* */
+#define OF_NOT_RENAMED 0x08    /* dlpack-not-renamed already reported */
+#define OF_LEAK_REPORTED 0x10
+#define OF_UNCHECKED 0x20      /* dlpack-unchecked-destructor already reported */
+#define OF_NULL_DTOR 0x40
+
+typedef struct obj {
+    uint64_t key;      /* address; 0 = empty slot */
+    uint32_t gen;      /* bumped on reuse, matches tombstone FIFO entries */
+    uint8_t ns;
+    uint8_t state;     /* cs_obj_state */
+    uint8_t flags;
+    uint8_t nhist;
+    uint64_t capsule;  /* the exporting capsule */
+    uint64_t bytes;
+    cs_event *hist;    /* up to CS_FINDING_MAX_EVENTS - 1 events, malloc'd */
+} obj;
+
+typedef struct tomb {
+    uint64_t key;
+    uint32_t gen;
+    uint8_t ns;
+} tomb;
+
+typedef struct stripe {
+    pthread_mutex_t mu;
+    obj *tab;
+    size_t cap, used;
+    tomb fifo[TOMB_PER_STRIPE];
+    unsigned fifo_head, fifo_len;
+    char pad[64];
+} stripe;
+
+struct cs_lifecycle {
+    cs_finding_cb cb;
+    void *ud;
+    int threadsafe;
+    uint32_t gen;
+    stripe s[NSTRIPES];
+};
+
+static inline uint64_t mix(uint64_t k, int ns)
+{
+    k ^= (uint64_t)ns * 0x9e3779b97f4a7c15ull;
+    k ^= k >> 33;
+    k *= 0xff51afd7ed558ccdull;
+    k ^= k >> 33;
+    return k;
+}
+
+static inline stripe *stripe_of(cs_lifecycle *lc, uint64_t obj)
+{
+    /* both namespaces of one address share a stripe: one lock covers both */
+    return &lc->s[mix(obj, 0) % NSTRIPES];
+}
+
+cs_lifecycle *cs_lc_create(cs_finding_cb cb, void *ud, int threadsafe)
+{
+    cs_lifecycle *lc = calloc(1, sizeof *lc);
+    if (!lc)
+        return NULL;
+    lc->cb = cb;
+    lc->ud = ud;
+    lc->threadsafe = threadsafe;
+    for (int i = 0; i < NSTRIPES; i++)
+        pthread_mutex_init(&lc->s[i].mu, NULL);
+    return lc;
+}
+
+void cs_lc_destroy(cs_lifecycle *lc)
+{
+    if (!lc)
+        return;
+    for (int i = 0; i < NSTRIPES; i++) {
+        stripe *st = &lc->s[i];
+        for (size_t j = 0; j < st->cap; j++)
+            free(st->tab[j].hist);
+        free(st->tab);
+        pthread_mutex_destroy(&st->mu);
+    }
+    free(lc);
+}
+
+void cs_lc_lock(cs_lifecycle *lc, uint64_t o)
+{
+    if (lc->threadsafe)
+        pthread_mutex_lock(&stripe_of(lc, o)->mu);
+}
+
+void cs_lc_unlock(cs_lifecycle *lc, uint64_t o)
+{
+    if (lc->threadsafe)
+        pthread_mutex_unlock(&stripe_of(lc, o)->mu);
+}
+
+void cs_lc_lock_all(cs_lifecycle *lc)
+{
+    for (int i = 0; i < NSTRIPES; i++)
+        pthread_mutex_lock(&lc->s[i].mu);
+}
+
+void cs_lc_unlock_all(cs_lifecycle *lc)
+{
+    for (int i = 0; i < NSTRIPES; i++)
+        pthread_mutex_unlock(&lc->s[i].mu);
+}
+
+/* ---- open-addressing table with backward-shift deletion ---- */
+
+static obj *find(stripe *st, uint64_t key, int ns)
+{
+    if (!st->cap)
+        return NULL;
+    size_t m = st->cap - 1;
+    for (size_t i = mix(key, ns) & m;; i = (i + 1) & m) {
+        obj *o = &st->tab[i];
+        if (!o->key)
+            return NULL;
+        if (o->key == key && o->ns == ns)
+            return o;
+    }
+}
+
+static int grow(stripe *st)
+{
+    size_t ncap = st->cap ? st->cap * 2 : 64;
+    obj *nt = calloc(ncap, sizeof *nt);
+    if (!nt)
+        return -1;
+    for (size_t j = 0; j < st->cap; j++) {
+        obj *o = &st->tab[j];
+        if (!o->key)
+            continue;
+        size_t i = mix(o->key, o->ns) & (ncap - 1);
+        while (nt[i].key)
+            i = (i + 1) & (ncap - 1);
+        nt[i] = *o;
+    }
+    free(st->tab);
+    st->tab = nt;
+    st->cap = ncap;
+    return 0;
+}
+
+static obj *insert(stripe *st, uint64_t key, int ns)
+{
+    if ((st->used + 1) * 10 > st->cap * 7 && grow(st) != 0)
+        return NULL;
+    size_t m = st->cap - 1;
+    size_t i = mix(key, ns) & m;
+    while (st->tab[i].key)
+        i = (i + 1) & m;
+    obj *o = &st->tab[i];
+    memset(o, 0, sizeof *o);
+    o->key = key;
+    o->ns = (uint8_t)ns;
+    st->used++;
+    return o;
+}
+
+static void erase(stripe *st, obj *o)
+{
+    size_t m = st->cap - 1;
+    size_t i = (size_t)(o - st->tab);
+    free(o->hist);
+    for (size_t j = (i + 1) & m;; j = (j + 1) & m) {
+        obj *n = &st->tab[j];
+        if (!n->key)
+            break;
+        size_t home = mix(n->key, n->ns) & m;
+        /* move n back into the hole at i if its probe path crosses i */
+        if (((j - home) & m) >= ((j - i) & m)) {
+            st->tab[i] = *n;
+            i = j;
+        }
+    }
+    memset(&st->tab[i], 0, sizeof st->tab[i]);
+    st->used--;
+}
+
+/* ---- object history ---- */
+
+static void hist_add(obj *o, const cs_event *ev)
+{
+    enum { CAP = CS_FINDING_MAX_EVENTS - 1 };
+    if (!o->hist) {
+        o->hist = malloc(CAP * sizeof *o->hist);
+        if (!o->hist)
+            return;
+    }
+    if (o->nhist < CAP) {
+        o->hist[o->nhist++] = *ev;
+    } else {
+        /* keep the first events (export, consume) and the latest */
+        o->hist[CAP - 1] = *ev;
+    }
+}
+
+static void reset(cs_lifecycle *lc, obj *o)
+{
+    o->gen = ++lc->gen;
+    o->state = CS_ST_CREATED;
+    o->flags = 0;
+    o->nhist = 0;
+    o->capsule = 0;
+    o->bytes = 0;
+}
+
+static void report(cs_lifecycle *lc, int kind, const obj *o, const cs_event *ev,
+                   uint32_t detail, uint64_t value)
+{
+    if (ev && (ev->flags & CS_EVF_INHERITED))
+        return; /* judged in the parent's trace already */
+    if (!ev && o && o->nhist && (o->hist[o->nhist - 1].flags & CS_EVF_INHERITED) &&
+        kind != CS_KIND_DLPACK_LEAK && kind != CS_KIND_NUMPY_LEAK)
+        return;
+    cs_finding f;
+    memset(&f, 0, sizeof f);
+    f.kind = (uint16_t)kind;
+    f.detail = detail;
+    f.obj = o ? o->key : (ev ? ev->obj : 0);
+    f.bytes = o ? o->bytes : 0;
+    f.value = value;
+    if (o)
+        for (unsigned i = 0; i < o->nhist && f.nevents < CS_FINDING_MAX_EVENTS; i++)
+            f.events[f.nevents++] = o->hist[i];
+    if (ev && f.nevents < CS_FINDING_MAX_EVENTS)
+        f.events[f.nevents++] = *ev;
+    if (lc->cb)
+        lc->cb(lc->ud, &f);
+}
+
+/* A released object becomes a tombstone; the oldest tombstone of the
+ * stripe is forgotten when the FIFO is full. */
+static void entomb(stripe *st, obj *o)
+{
+    o->state = CS_ST_RELEASED;
+    if (st->fifo_len == TOMB_PER_STRIPE) {
+        tomb *t = &st->fifo[st->fifo_head];
+        st->fifo_head = (st->fifo_head + 1) % TOMB_PER_STRIPE;
+        st->fifo_len--;
+        obj *old = find(st, t->key, t->ns);
+        if (old && old->gen == t->gen && old->state == CS_ST_RELEASED) {
+            /* o may move during erase: keep its identity */
+            uint64_t k = o->key;
+            int ns = o->ns;
+            erase(st, old);
+            o = find(st, k, ns);
+            if (!o)
+                return;
+        }
+    }
+    tomb *t = &st->fifo[(st->fifo_head + st->fifo_len) % TOMB_PER_STRIPE];
+    t->key = o->key;
+    t->gen = o->gen;
+    t->ns = o->ns;
+    st->fifo_len++;
+}
+
+/* ---- DLPack ---- */
+
+static unsigned dlpack_event(cs_lifecycle *lc, stripe *st, const cs_event *ev)
+{
+    obj *o = find(st, ev->obj, CS_NS_DLPACK);
+    unsigned verdict = 0;
+
+    switch (ev->kind) {
+    case CS_EV_EXPORT:
+        if (o && (o->state == CS_ST_CREATED || o->state == CS_ST_CONSUMED)) {
+            /* the same live struct in a second capsule: judge the newest */
+            hist_add(o, ev);
+            o->capsule = ev->a;
+            o->flags &= (uint8_t)~(OF_CAPSULE_DEAD | OF_CAPSULE_USED);
+            return 0;
+        }
+        if (!o && !(o = insert(st, ev->obj, CS_NS_DLPACK)))
+            return 0;
+        reset(lc, o);
+        o->capsule = ev->a;
+        o->bytes = ev->c;
+        if (ev->aux & CS_DLV_VERSIONED)
+            o->flags |= OF_VERSIONED;
+        hist_add(o, ev);
+        if (ev->flags & CS_EVF_NULL_DELETER)
+            report(lc, CS_KIND_DLPACK_NULL_DELETER, o, NULL, 0, 0);
+        return 0;
+
+    case CS_EV_BAD_TENSOR:
+        if (o) {
+            report(lc, CS_KIND_DLPACK_BAD_TENSOR, o, ev, ev->extra, ev->b);
+        } else {
+            obj tmp = {.key = ev->obj};
+            report(lc, CS_KIND_DLPACK_BAD_TENSOR, &tmp, ev, ev->extra, ev->b);
+        }
+        return 0;
+
+    case CS_EV_OWN:
+        if (o && o->state != CS_ST_RELEASED)
+            hist_add(o, ev);
+        return 0;
+
+    case CS_EV_CONSUME:
+        if (!o)
+            return 0; /* exported before capsan started */
+        if (o->state == CS_ST_CREATED) {
+            o->state = CS_ST_CONSUMED;
+            if (ev->a == o->capsule)
+                o->flags |= OF_CAPSULE_USED;
+            hist_add(o, ev);
+            if (ev->flags & CS_EVF_OFFSET_IGNORED)
+                report(lc, CS_KIND_DLPACK_BYTE_OFFSET_IGNORED, o, NULL, 0, ev->c);
+        } else {
+            report(lc, CS_KIND_DLPACK_RECONSUME, o, ev, o->state, 0);
+            hist_add(o, ev);
+        }
+        return 0;
+
+    case CS_EV_GETPTR_USED:
+    case CS_EV_GETPTR:
+        /* only a consumer's read of a consumed or released tensor is
+         * recorded by the runtime; the destructor's own reads are not */
+        if (o && (o->state == CS_ST_CONSUMED || o->state == CS_ST_RELEASED) &&
+            !(ev->flags & CS_EVF_IN_DTOR)) {
+            if (o->state == CS_ST_RELEASED && (o->flags & OF_NOT_RENAMED))
+                return 0; /* the unrenamed capsule: already explained */
+            report(lc, CS_KIND_DLPACK_RECONSUME, o, ev, o->state, 0);
+            hist_add(o, ev);
+        }
+        return 0;
+
+    case CS_EV_DELETE: {
+        if (!o)
+            return 0;
+        int in_own_dtor = (ev->flags & CS_EVF_IN_DTOR) && ev->a == o->capsule;
+        switch (o->state) {
+        case CS_ST_CREATED:
+            hist_add(o, ev);
+            if (!in_own_dtor && !(o->flags & OF_CAPSULE_DEAD)) {
+                /* the capsule still says "dltensor": its destructor will
+                 * run the deleter again (R8) */
+                o->flags |= OF_NOT_RENAMED;
+                report(lc, CS_KIND_DLPACK_NOT_RENAMED, o, NULL, 0, 0);
+            }
+            entomb(st, o);
+            return 0;
+        case CS_ST_CONSUMED:
+            if (in_own_dtor) {
+                /* R3: a consumed capsule's destructor must not delete */
+                if (!(o->flags & OF_UNCHECKED)) {
+                    o->flags |= OF_UNCHECKED;
+                    report(lc, CS_KIND_DLPACK_UNCHECKED_DESTRUCTOR, o, ev, 0, 0);
+                }
+                hist_add(o, ev);
+                return CS_VERDICT_SKIP;
+            }
+            hist_add(o, ev);
+            entomb(st, o);
+            return 0;
+        case CS_ST_RELEASED:
+            verdict = CS_VERDICT_SKIP;
+            if ((o->flags & OF_NOT_RENAMED) && in_own_dtor) {
+                /* the double delete that dlpack-not-renamed predicted */
+                hist_add(o, ev);
+                return verdict;
+            }
+            if (in_own_dtor && (o->flags & OF_CAPSULE_USED)) {
+                if (!(o->flags & OF_UNCHECKED)) {
+                    o->flags |= OF_UNCHECKED;
+                    report(lc, CS_KIND_DLPACK_UNCHECKED_DESTRUCTOR, o, ev, 0, 0);
+                }
+                hist_add(o, ev);
+                return verdict;
+            }
+            report(lc, CS_KIND_DLPACK_DOUBLE_DELETE, o, ev, 0, 0);
+            hist_add(o, ev);
+            return verdict;
+        }
+        return 0;
+    }
+
+    case CS_EV_DESTROY:
+        if (!o || ev->a != o->capsule)
+            return 0;
+        o->flags |= OF_CAPSULE_DEAD;
+        if (o->state == CS_ST_CREATED && !(o->flags & OF_LEAK_REPORTED)) {
+            /* R3: an unconsumed capsule died and nobody released the tensor */
+            hist_add(o, ev);
+            o->flags |= OF_LEAK_REPORTED;
+            report(lc, CS_KIND_DLPACK_LEAK, o, NULL,
+                   ev->extra ? CS_LEAK_NULL_DESTRUCTOR : CS_LEAK_DESTROYED, 0);
+        }
+        return 0;
+    }
+    return 0;
+}
+
+/* ---- NumPy data blocks ---- */
+
+static unsigned numpy_event(cs_lifecycle *lc, stripe *st, const cs_event *ev)
+{
+    obj *o;
+    switch (ev->kind) {
+    case CS_EV_NP_ALLOC:
+        if (!ev->obj)
+            return 0; /* R32: numpy 1.24 tracks failed allocations as NULL */
+        o = find(st, ev->obj, CS_NS_NUMPY);
+        if (!o && !(o = insert(st, ev->obj, CS_NS_NUMPY)))
+            return 0;
+        reset(lc, o);
+        o->bytes = ev->a;
+        hist_add(o, ev);
+        return 0;
+    case CS_EV_NP_FREE:
+        if (!ev->obj)
+            return 0; /* R29: free(NULL, n) from sort is legal */
+        o = find(st, ev->obj, CS_NS_NUMPY);
+        if (o && o->state == CS_ST_CREATED) {
+            hist_add(o, ev);
+            entomb(st, o);
+        } else if (o && o->state == CS_ST_RELEASED) {
+            report(lc, CS_KIND_NUMPY_DOUBLE_FREE, o, ev, 0, 0);
+        } else if (!o) {
+            obj tmp = {.key = ev->obj, .bytes = ev->a};
+            report(lc, CS_KIND_NUMPY_FOREIGN_FREE, &tmp, ev, 0, 0);
+        }
+        return 0;
+    case CS_EV_NP_HANDLER:
+        if (ev->extra) {
+            obj tmp = {.key = ev->obj};
+            report(lc, CS_KIND_NUMPY_BAD_HANDLER, &tmp, ev, ev->extra, ev->b);
+        }
+        return 0;
+    }
+    return 0;
+}
+
+unsigned cs_lc_event(cs_lifecycle *lc, const cs_event *ev)
+{
+    stripe *st = stripe_of(lc, ev->obj);
+    if (ev->kind >= CS_EV_NP_ALLOC)
+        return numpy_event(lc, st, ev);
+    return dlpack_event(lc, st, ev);
+}
+
+int cs_lc_state(cs_lifecycle *lc, int ns, uint64_t o)
+{
+    obj *x = find(stripe_of(lc, o), o, ns);
+    return x ? x->state : CS_ST_UNKNOWN;
+}
+
+int cs_lc_origin(cs_lifecycle *lc, int ns, uint64_t o, cs_event *out)
+{
+    obj *x = find(stripe_of(lc, o), o, ns);
+    if (!x || !x->nhist)
+        return 0;
+    *out = x->hist[0];
+    return 1;
+}
+
+void cs_lc_foreach_live(cs_lifecycle *lc, void (*fn)(void *, const cs_event *, int), void *ud)
+{
+    for (int i = 0; i < NSTRIPES; i++) {
+        stripe *st = &lc->s[i];
+        if (lc->threadsafe)
+            pthread_mutex_lock(&st->mu);
+        for (size_t j = 0; j < st->cap; j++) {
+            obj *o = &st->tab[j];
+            if (o->key && o->state != CS_ST_RELEASED && o->nhist)
+                fn(ud, o->hist, o->nhist);
+        }
+        if (lc->threadsafe)
+            pthread_mutex_unlock(&st->mu);
+    }
+}
+
+size_t cs_lc_live(cs_lifecycle *lc)
+{
+    size_t n = 0;
+    for (int i = 0; i < NSTRIPES; i++) {
+        stripe *st = &lc->s[i];
+        for (size_t j = 0; j < st->cap; j++)
+            if (st->tab[j].key && st->tab[j].state != CS_ST_RELEASED)
+                n++;
+    }
+    return n;
+}
+
+int cs_lc_finish(cs_lifecycle *lc, int how)
+{
+    if (how != CS_END_EXIT)
+        return 0;
+    int n = 0;
+    for (int i = 0; i < NSTRIPES; i++) {
+        stripe *st = &lc->s[i];
+        if (lc->threadsafe)
+            pthread_mutex_lock(&st->mu);
+        for (size_t j = 0; j < st->cap; j++) {
+            obj *o = &st->tab[j];
+            if (!o->key || o->state == CS_ST_RELEASED || (o->flags & OF_LEAK_REPORTED))
+                continue;
+            o->flags |= OF_LEAK_REPORTED;
+            if (o->ns == CS_NS_NUMPY) {
+                report(lc, CS_KIND_NUMPY_LEAK, o, NULL, 0, 0);
+            } else {
+                report(lc, CS_KIND_DLPACK_LEAK, o, NULL,
+                       o->state == CS_ST_CONSUMED ? CS_LEAK_CONSUMED : CS_LEAK_NEVER_CONSUMED, 0);
+            }
+            n++;
+        }
+        if (lc->threadsafe)
+            pthread_mutex_unlock(&st->mu);
+    }
+    return n;
+}
+
+/* ---- words ---- */
+
+const char *cs_event_name(const cs_event *ev)
+{
+    switch (ev->kind) {
+    case CS_EV_EXPORT: return "export";
+    case CS_EV_OWN: return "own";
+    case CS_EV_CONSUME: return "consume";
+    case CS_EV_GETPTR_USED:
+    case CS_EV_GETPTR: return "reconsume";
+    case CS_EV_DELETE: return "delete";
+    case CS_EV_DESTROY: return "destroy";
+    case CS_EV_BAD_TENSOR: return "check";
+    case CS_EV_NP_ALLOC: return "alloc";
+    case CS_EV_NP_FREE: return "free";
+    case CS_EV_NP_HANDLER: return "handler";
+    case CS_EV_NP_OWNDATA: return "owndata";
+    }
+    return "event";
+}
+
+const char *cs_event_phrase(const cs_finding *f, int i)
+{
+    const cs_event *ev = &f->events[i];
+    int earlier = 0;
+    for (int j = 0; j < i; j++)
+        if (f->events[j].kind == ev->kind)
+            earlier++;
+    switch (ev->kind) {
+    case CS_EV_EXPORT: return earlier ? "exported again at" : "exported at";
+    case CS_EV_OWN: return "wrapped in numpy's numpy_dltensor capsule at";
+    case CS_EV_CONSUME: return earlier ? "consumed again at" : "consumed at";
+    case CS_EV_GETPTR_USED: return "pointer taken from the consumed capsule at";
+    case CS_EV_GETPTR: return "pointer taken again at";
+    case CS_EV_DELETE:
+        if (ev->flags & CS_EVF_SKIPPED)
+            return "deleter call skipped (protect=1) at";
+        if (ev->flags & CS_EVF_IN_DTOR)
+            return earlier ? "deleted again by the capsule destructor at"
+                           : "deleted by the capsule destructor at";
+        return earlier ? "deleted again at" : "deleted at";
+    case CS_EV_DESTROY: return "capsule destroyed at";
+    case CS_EV_BAD_TENSOR: return "checked at";
+    case CS_EV_NP_ALLOC: return "allocated at";
+    case CS_EV_NP_FREE: return earlier ? "freed again at" : "freed at";
+    case CS_EV_NP_HANDLER: return "handler installed at";
+    case CS_EV_NP_OWNDATA: return "array created at";
+    }
+    return "at";
+}
+
+const char *cs_finding_object_type(const cs_finding *f)
+{
+    if (f->kind >= CS_KIND_NUMPY_LEAK)
+        return f->kind == CS_KIND_NUMPY_BAD_HANDLER ? "PyDataMem_Handler" : "numpy data";
+    for (int i = 0; i < f->nevents; i++)
+        if (f->events[i].kind == CS_EV_EXPORT)
+            return (f->events[i].aux & CS_DLV_VERSIONED) ? "DLManagedTensorVersioned"
+                                                          : "DLManagedTensor";
+    return "DLManagedTensor";
+}
+
+static const char *bad_text(uint32_t d)
+{
+    switch (d) {
+    case CS_BAD_NULL_POINTER: return "the capsule holds a NULL pointer (R1)";
+    case CS_BAD_NDIM: return "ndim is negative or absurdly large (R15)";
+    case CS_BAD_NULL_SHAPE: return "shape is NULL although ndim > 0 (R15)";
+    case CS_BAD_NEGATIVE_SHAPE: return "shape has a negative extent (R15)";
+    case CS_BAD_NULL_STRIDES_V12: return "strides is NULL in a version >= 1.2 tensor with ndim > 0 (R16)";
+    case CS_BAD_DTYPE_CODE: return "dtype code is not a DLDataTypeCode (R18)";
+    case CS_BAD_DTYPE_BITS: return "dtype bits is not a valid width for its code (R18)";
+    case CS_BAD_DTYPE_LANES: return "dtype lanes is 0 (R18)";
+    case CS_BAD_DEVICE_TYPE: return "device_type is not a DLDeviceType (R19)";
+    case CS_BAD_DEVICE_ID: return "device_id is not 0 for CPU memory (R19)";
+    case CS_BAD_VERSION_MAJOR: return "version.major is not 1 in a versioned capsule (R13)";
+    case CS_BAD_FLAGS: return "flags has unknown bits (R21)";
+    case CS_BAD_MUTATED: return "shape, strides or data changed while the tensor was on loan (R20)";
+    case CS_BAD_RENAME: return "the capsule was renamed to a name other than used_dltensor (R7)";
+    case CS_BAD_NULL_DATA: return "data is NULL although the tensor has elements (R17)";
+    case CS_BAD_BOOL_BITS: return "bool dtype with bits != 8 (R18)";
+    case CS_BAD_HANDLER_NAME: return "the handler capsule is not named 'mem_handler' (R27)";
+    case CS_BAD_HANDLER_VERSION: return "the handler version is not 1 (R27)";
+    case CS_BAD_HANDLER_NULL_FN: return "the handler has a NULL function (R27)";
+    case CS_BAD_HANDLER_UNTERMINATED: return "the handler name is not NUL-terminated (R27)";
+    }
+    return "malformed";
+}
+
+const char *cs_finding_message(const cs_finding *f, char *buf, size_t n)
+{
+    const char *t = cs_finding_object_type(f);
+    unsigned long long p = (unsigned long long)f->obj;
+    switch (f->kind) {
+    case CS_KIND_DLPACK_DOUBLE_DELETE:
+        snprintf(buf, n, "deleter of %s 0x%llx called twice", t, p);
+        break;
+    case CS_KIND_DLPACK_UNCHECKED_DESTRUCTOR:
+        snprintf(buf, n, "the producer's capsule destructor called the deleter of %s 0x%llx "
+                 "although the capsule was consumed (renamed used_*): only the consumer may "
+                 "release it; the destructor must check the capsule name", t, p);
+        break;
+    case CS_KIND_DLPACK_NOT_RENAMED:
+        snprintf(buf, n, "the deleter of %s 0x%llx was called while its capsule is still "
+                 "unconsumed: the producer's destructor will delete it again (a consumer must "
+                 "rename the capsule to used_dltensor when it takes ownership)", t, p);
+        break;
+    case CS_KIND_DLPACK_RECONSUME:
+        snprintf(buf, n, "%s 0x%llx consumed again after it was %s", t, p,
+                 f->detail == CS_ST_RELEASED ? "released" : "consumed");
+        break;
+    case CS_KIND_DLPACK_LEAK:
+        switch (f->detail) {
+        case CS_LEAK_CONSUMED:
+            snprintf(buf, n, "%s 0x%llx (%llu bytes) was consumed but its deleter was never "
+                     "called", t, p, (unsigned long long)f->bytes);
+            break;
+        case CS_LEAK_NULL_DESTRUCTOR:
+            snprintf(buf, n, "%s 0x%llx (%llu bytes) leaked: its capsule was created without a "
+                     "destructor and died unconsumed", t, p, (unsigned long long)f->bytes);
+            break;
+        case CS_LEAK_NEVER_CONSUMED:
+            snprintf(buf, n, "%s 0x%llx (%llu bytes) was exported and never consumed nor "
+                     "released", t, p, (unsigned long long)f->bytes);
+            break;
+        default:
+            snprintf(buf, n, "%s 0x%llx (%llu bytes) leaked: its capsule died unconsumed and "
+                     "the destructor did not call the deleter", t, p, (unsigned long long)f->bytes);
+        }
+        break;
+    case CS_KIND_DLPACK_NULL_DELETER:
+        snprintf(buf, n, "%s 0x%llx exported with a NULL deleter: consumers must not call it, "
+                 "and its memory must outlive every consumer", t, p);
+        break;
+    case CS_KIND_DLPACK_BAD_TENSOR:
+        snprintf(buf, n, "%s 0x%llx: %s (value %lld)", t, p, bad_text(f->detail),
+                 (long long)f->value);
+        break;
+    case CS_KIND_DLPACK_BYTE_OFFSET_IGNORED:
+        snprintf(buf, n, "%s 0x%llx has byte_offset %llu but was consumed by a consumer that "
+                 "ignores byte_offset (torch): it reads the wrong elements", t, p,
+                 (unsigned long long)f->value);
+        break;
+    case CS_KIND_NUMPY_LEAK:
+        snprintf(buf, n, "%llu bytes of NumPy data at 0x%llx allocated and never freed",
+                 (unsigned long long)f->bytes, p);
+        break;
+    case CS_KIND_NUMPY_DOUBLE_FREE:
+        snprintf(buf, n, "NumPy data 0x%llx freed twice", p);
+        break;
+    case CS_KIND_NUMPY_FOREIGN_FREE:
+        snprintf(buf, n, "NumPy freed 0x%llx, which no memory handler allocated: an array was "
+                 "given NPY_ARRAY_OWNDATA on foreign memory (hand it over through a PyCapsule "
+                 "base object instead)", p);
+        break;
+    case CS_KIND_NUMPY_STALE_HANDLER:
+        snprintf(buf, n, "NumPy data 0x%llx freed through a memory handler that is gone or "
+                 "changed", p);
+        break;
+    case CS_KIND_NUMPY_BAD_HANDLER:
+        snprintf(buf, n, "invalid NumPy memory handler at 0x%llx: %s", p, bad_text(f->detail));
+        break;
+    default:
+        snprintf(buf, n, "%s 0x%llx", cs_kind_name(f->kind), p);
+    }
+    return buf;
+}

@@ -1,0 +1,109 @@
+/* The one place where events become findings.
+ *
+ * Linked into the runtime (live checks: protect, halt, exit status) and
+ * into the report tool (offline replay of a trace). Both feed the same
+ * events in the same per-object order, so both see the same findings.
+ * Per-object state is kept in NSTRIPES independent tables keyed by
+ * (namespace, object address); the runtime locks one stripe around an
+ * event (cs_lc_lock), the reader passes threadsafe = 0. */
+#ifndef CAPSAN_LIFECYCLE_H
+#define CAPSAN_LIFECYCLE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "tracefmt.h"
+
+enum cs_severity { CS_SEV_WARNING = 1, CS_SEV_ERROR = 2 };
+
+enum cs_kind {
+    CS_KIND_NONE = 0,
+#define KIND(e, name, sev, help) CS_KIND_##e,
+#include "kinds.inc"
+#undef KIND
+    CS_KIND_COUNT
+};
+
+const char *cs_kind_name(int kind);       /* "dlpack-double-delete" */
+int cs_kind_severity(int kind);           /* CS_SEV_* */
+const char *cs_kind_help(int kind);
+int cs_kind_from_name(const char *name);  /* CS_KIND_NONE if unknown */
+
+#define CS_FINDING_MAX_EVENTS 8
+
+typedef struct cs_finding {
+    uint16_t kind;        /* cs_kind */
+    uint16_t nevents;
+    uint32_t detail;      /* CS_BAD_* for bad-tensor / bad-handler, else 0 */
+    uint64_t obj;         /* struct or data pointer */
+    uint64_t bytes;       /* leaked or affected bytes, 0 if unknown */
+    uint64_t value;       /* the offending value for bad-tensor */
+    cs_event events[CS_FINDING_MAX_EVENTS]; /* the object's history, in order */
+} cs_finding;
+
+/* A short message for a finding, e.g. "deleter of DLManagedTensor 0x... ran
+ * twice". Returns buf. */
+const char *cs_finding_message(const cs_finding *f, char *buf, size_t n);
+/* "DLManagedTensor", "DLManagedTensorVersioned", "numpy data", ... */
+const char *cs_finding_object_type(const cs_finding *f);
+/* "export", "consume", "delete", "destroy", "alloc", "free", ... */
+const char *cs_event_name(const cs_event *ev);
+/* A phrase for text reports: "exported at", "deleted again at", ... */
+const char *cs_event_phrase(const cs_finding *f, int index);
+
+typedef void (*cs_finding_cb)(void *ud, const cs_finding *f);
+
+typedef struct cs_lifecycle cs_lifecycle;
+
+cs_lifecycle *cs_lc_create(cs_finding_cb cb, void *ud, int threadsafe);
+void cs_lc_destroy(cs_lifecycle *lc);
+
+/* Serialise events about one object (runtime only; no-ops when not
+ * threadsafe). Take it before writing the event to the trace so that the
+ * file order of one object's events is the order they were judged in. */
+void cs_lc_lock(cs_lifecycle *lc, uint64_t obj);
+void cs_lc_unlock(cs_lifecycle *lc, uint64_t obj);
+
+/* Verdict bits returned by cs_lc_event */
+#define CS_VERDICT_SKIP 1u  /* a repeated delete: protect=1 may skip the call */
+
+/* Judge one event; findings go to the callback before it returns. */
+unsigned cs_lc_event(cs_lifecycle *lc, const cs_event *ev);
+
+/* The process ended. With how == CS_END_EXIT every object still alive is
+ * a leak candidate and is reported; otherwise (signal, killed) nothing is
+ * judged a leak: the program never reached the point where it would have
+ * released them. Returns the number of findings it reported. */
+int cs_lc_finish(cs_lifecycle *lc, int how);
+
+/* Live objects right now (tests, reports). */
+size_t cs_lc_live(cs_lifecycle *lc);
+
+/* Object namespaces: a DLPack struct and a NumPy block may share an address
+ * over time, so they are judged apart. */
+enum cs_ns { CS_NS_DLPACK = 0, CS_NS_NUMPY = 1 };
+enum cs_obj_state { CS_ST_UNKNOWN = 0, CS_ST_CREATED, CS_ST_CONSUMED, CS_ST_RELEASED };
+/* State of one object (call with its stripe locked in the runtime). */
+int cs_lc_state(cs_lifecycle *lc, int ns, uint64_t obj);
+
+/* The event that created the object (EXPORT / NP_ALLOC), also for a
+ * tombstone; 1 if known. Runtime: call with the stripe locked. */
+int cs_lc_origin(cs_lifecycle *lc, int ns, uint64_t obj, cs_event *out);
+
+/* Every live object's history, in order (a forked child's new trace
+ * starts with them). Takes each stripe lock in turn when threadsafe. */
+void cs_lc_foreach_live(cs_lifecycle *lc, void (*fn)(void *ud, const cs_event *hist, int n),
+                        void *ud);
+
+/* fork(): lock every stripe before, unlock after (parent and child). */
+void cs_lc_lock_all(cs_lifecycle *lc);
+void cs_lc_unlock_all(cs_lifecycle *lc);
+
+/* cs_finding.detail for leaks */
+enum cs_leak_detail {
+    CS_LEAK_CONSUMED = 1,   /* consumed, deleter never called */
+    CS_LEAK_DESTROYED = 2,  /* capsule destroyed unconsumed, deleter not called */
+    CS_LEAK_NEVER_CONSUMED = 3, /* capsule alive and unconsumed at exit */
+    CS_LEAK_NULL_DESTRUCTOR = 4, /* capsule created without a destructor */
+};
+
+#endif

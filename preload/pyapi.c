@@ -1,0 +1,47 @@
+/* dlsym the Python C-API (see pyapi.h). */
+#include "pyapi.h"
+
+#include <dlfcn.h>
+#include <string.h>
+
+cs_pyapi cs_py;
+
+#define SYM(field, name) (*(void **)&cs_py.field = dlsym(RTLD_DEFAULT, name))
+
+int cs_pyapi_init(void)
+{
+    if (cs_py.ok)
+        return 1;
+    SYM(Capsule_New, "PyCapsule_New");
+    SYM(Capsule_SetName, "PyCapsule_SetName");
+    SYM(Capsule_GetPointer, "PyCapsule_GetPointer");
+    SYM(Capsule_IsValid, "PyCapsule_IsValid");
+    SYM(Capsule_SetDestructor, "PyCapsule_SetDestructor");
+    SYM(Capsule_GetDestructor, "PyCapsule_GetDestructor");
+    SYM(Capsule_SetPointer, "PyCapsule_SetPointer");
+    SYM(Capsule_GetName, "PyCapsule_GetName");
+    SYM(IsInitialized, "Py_IsInitialized");
+    SYM(GILState_Check, "PyGILState_Check");
+    SYM(ThreadState_UncheckedGet, "_PyThreadState_UncheckedGet");
+    SYM(Code_Addr2Line, "PyCode_Addr2Line");
+    SYM(Unicode_AsUTF8, "PyUnicode_AsUTF8");
+    SYM(Err_Fetch, "PyErr_Fetch");
+    SYM(Err_Restore, "PyErr_Restore");
+    SYM(IncRef, "Py_IncRef");
+    SYM(DecRef, "Py_DecRef");
+    SYM(ThreadState_GetFrame, "PyThreadState_GetFrame");
+    SYM(Frame_GetBack, "PyFrame_GetBack");
+    SYM(Frame_GetCode, "PyFrame_GetCode");
+    SYM(Frame_GetLineNumber, "PyFrame_GetLineNumber");
+    const unsigned long *ver = dlsym(RTLD_DEFAULT, "Py_Version");
+    cs_py.version = ver ? *ver : 0;
+    /* the internal frame layout compiled in is 3.11's (see stack.c) */
+    cs_py.frames_311 = (cs_py.version >> 16) == 0x030B && cs_py.ThreadState_UncheckedGet;
+    cs_py.ok = cs_py.Capsule_New && cs_py.Capsule_SetName && cs_py.Capsule_GetPointer &&
+               cs_py.Capsule_IsValid && cs_py.Capsule_SetDestructor &&
+               cs_py.Capsule_GetDestructor && cs_py.Capsule_SetPointer &&
+               cs_py.Capsule_GetName && cs_py.IsInitialized && cs_py.GILState_Check &&
+               cs_py.Code_Addr2Line && cs_py.Unicode_AsUTF8 && cs_py.Err_Fetch &&
+               cs_py.Err_Restore && cs_py.IncRef && cs_py.DecRef;
+    return cs_py.ok;
+}

@@ -1,0 +1,55 @@
+/* The Python C-API as the runtime sees it: resolved with dlsym at start-up,
+ * never linked, so libcapsan.so loads into any process (a shell, gcc) and
+ * works with static and shared libpython alike. cs_py.ok is 0 when the
+ * host is not a CPython process. */
+#ifndef CAPSAN_PYAPI_H
+#define CAPSAN_PYAPI_H
+
+#include <stdint.h>
+
+typedef struct _object PyObject_;
+typedef void (*cs_capsule_dtor)(PyObject_ *);
+
+typedef struct cs_pyapi {
+    int ok;             /* PyCapsule_New and friends were found */
+    int frames_311;     /* the interpreter is 3.11: walk frames directly */
+    unsigned long version; /* Py_Version */
+    /* capsule originals (taken before any slot is patched) */
+    PyObject_ *(*Capsule_New)(void *, const char *, cs_capsule_dtor);
+    int (*Capsule_SetName)(PyObject_ *, const char *);
+    void *(*Capsule_GetPointer)(PyObject_ *, const char *);
+    int (*Capsule_IsValid)(PyObject_ *, const char *);
+    int (*Capsule_SetDestructor)(PyObject_ *, cs_capsule_dtor);
+    cs_capsule_dtor (*Capsule_GetDestructor)(PyObject_ *);
+    int (*Capsule_SetPointer)(PyObject_ *, void *);
+    const char *(*Capsule_GetName)(PyObject_ *);
+    /* interpreter state */
+    int (*IsInitialized)(void);
+    int (*GILState_Check)(void);
+    void *(*ThreadState_UncheckedGet)(void);
+    int (*Code_Addr2Line)(void *code, int lasti);
+    const char *(*Unicode_AsUTF8)(PyObject_ *);
+    void (*Err_Fetch)(PyObject_ **, PyObject_ **, PyObject_ **);
+    void (*Err_Restore)(PyObject_ *, PyObject_ *, PyObject_ *);
+    void (*IncRef)(PyObject_ *);
+    void (*DecRef)(PyObject_ *);
+    /* public frame API, for interpreters other than 3.11 */
+    void *(*ThreadState_GetFrame)(void *tstate);
+    void *(*Frame_GetBack)(void *frame);
+    void *(*Frame_GetCode)(void *frame);
+    int (*Frame_GetLineNumber)(void *frame);
+} cs_pyapi;
+
+extern cs_pyapi cs_py;
+
+/* Resolve everything; returns cs_py.ok. Safe to call again after a dlopen
+ * (an embedding program may load libpython late). */
+int cs_pyapi_init(void);
+
+/* The calling thread holds the GIL (0 outside Python). */
+static inline int cs_py_has_gil(void)
+{
+    return cs_py.ok && cs_py.IsInitialized() && cs_py.GILState_Check();
+}
+
+#endif

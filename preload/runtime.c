@@ -1,0 +1,468 @@
+/* The runtime's hub (see runtime.h): start-up, the emit path, and the
+ * process-level hooks that keep tracing right across dlopen, fork, exit and
+ * crashes. */
+#include "runtime.h"
+
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <link.h>
+#include <pthread.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <ucontext.h>
+#include <unistd.h>
+
+#include "capsan.h"
+#include "capsule.h"
+#include "got.h"
+#include "modules.h"
+#include "options.h"
+#include "pyapi.h"
+#include "stack.h"
+#include "tracefile.h"
+
+extern char **environ;
+
+cs_lifecycle *cs_lc;
+volatile int cs_recording;
+static atomic_int started, finished;
+
+/* ---- emit ---- */
+
+static int ns_of(const cs_event *ev)
+{
+    return ev->kind >= CS_EV_NP_ALLOC ? CS_NS_NUMPY : CS_NS_DLPACK;
+}
+
+void cs_findings_mark_skipped(const cs_event *ev);
+static void halt(void);
+
+unsigned cs_emit(cs_event *ev, int want_stack, cs_event *origin, int *found)
+{
+    cs_thread *t = cs_thread_get();
+    if (found)
+        *found = 0;
+    if (!t || t->busy || !cs_recording || !cs_lc) {
+        /* not recording (or capsan's own call): still answer the lookup
+         * a trampoline needs to forward its call */
+        if (origin && cs_lc) {
+            cs_lc_lock(cs_lc, ev->obj);
+            *found = cs_lc_origin(cs_lc, ns_of(ev), ev->obj, origin);
+            cs_lc_unlock(cs_lc, ev->obj);
+        }
+        return 0;
+    }
+    t->busy = 1;
+    /* the THREAD record first: it opens the trace file, whose prologue
+     * may take every lock below */
+    cs_thread_note(t);
+    int gil = cs_py_has_gil();
+    ev->thread = t->num;
+    if (gil)
+        ev->flags |= CS_EVF_GIL;
+    if (cs_py.ok && !cs_py.IsInitialized())
+        ev->flags |= CS_EVF_NO_PYTHON;
+    if (want_stack)
+        ev->stack = cs_stack_capture(t, gil);
+    else
+        cs_stack_ensure(ev->stack);
+    cs_lc_lock(cs_lc, ev->obj);
+    if (origin)
+        *found = cs_lc_origin(cs_lc, ns_of(ev), ev->obj, origin);
+    ev->time_ns = cs_now_ns();
+    unsigned v = cs_lc_event(cs_lc, ev);
+    if ((v & CS_VERDICT_SKIP) && cs_opt.protect) {
+        ev->flags |= CS_EVF_SKIPPED;
+        cs_findings_mark_skipped(ev);
+    } else {
+        v &= ~CS_VERDICT_SKIP;
+    }
+    cs_trace_write(CS_REC_EVENT, ev, sizeof *ev);
+    cs_lc_unlock(cs_lc, ev->obj);
+    cs_findings_flush();
+    t->busy = 0;
+    if (cs_opt.halt_on_error && cs_findings_errors())
+        halt();
+    return v;
+}
+
+/* ---- the trace prologue: who we are, what is loaded, what a forked
+ * child inherited ---- */
+
+static void write_process(void)
+{
+    char buf[8192];
+    int fd = open("/proc/self/cmdline", O_RDONLY | O_CLOEXEC);
+    ssize_t len = fd >= 0 ? read(fd, buf, sizeof buf - 1) : -1;
+    if (fd >= 0)
+        close(fd);
+    if (len < 0)
+        len = 0;
+    buf[len] = 0;
+    const char *argv[256];
+    int argc = 0;
+    for (ssize_t i = 0; i < len && argc < 255; i += (ssize_t)strlen(buf + i) + 1)
+        argv[argc++] = buf + i;
+    char exe[512];
+    ssize_t l = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    exe[l > 0 ? l : 0] = 0;
+    argv[argc] = exe;
+    cs_rec_process p = {.argc = (uint32_t)argc};
+    cs_trace_write_strs(CS_REC_PROCESS, &p, sizeof p, argv, argc + 1);
+}
+
+static void write_inherited(void *ud, const cs_event *hist, int n)
+{
+    (void)ud;
+    for (int i = 0; i < n; i++) {
+        cs_event ev = hist[i];
+        ev.flags |= CS_EVF_INHERITED;
+        cs_stack_ensure(ev.stack);
+        cs_trace_write(CS_REC_EVENT, &ev, sizeof ev);
+    }
+}
+
+static void prologue(void)
+{
+    char opts[2048];
+    write_process();
+    cs_options_format(opts, sizeof opts);
+    const char *o[1] = {opts};
+    cs_trace_write_strs(CS_REC_OPTIONS, "", 0, o, 1);
+    cs_modules_note();
+    if (cs_lc)
+        cs_lc_foreach_live(cs_lc, write_inherited, NULL);
+}
+
+/* ---- finishing ---- */
+
+static char self_path[512];
+
+/* report=json: the report tool renders the finished trace next to it. */
+static void json_report(void)
+{
+    const char *tp = cs_trace_path();
+    if (!*tp || !self_path[0])
+        return;
+    char bin[600], out[700];
+    const char *slash = strrchr(self_path, '/');
+    int dir = slash ? (int)(slash - self_path) : 0;
+    snprintf(bin, sizeof bin, "%.*s/../bin/capsan", dir, self_path);
+    snprintf(out, sizeof out, "%s.json", tp);
+    char *argv[] = {bin, "report", "--format", "json", "-o", out, (char *)tp, NULL};
+    /* the child must not trace itself */
+    char *env[] = {"CAPSAN_CHILD=1", NULL};
+    pid_t pid;
+    if (posix_spawn(&pid, bin, NULL, NULL, argv, env) == 0) {
+        int st;
+        waitpid(pid, &st, 0);
+        dprintf(2, "==%d==capsan: JSON report written to %s\n", (int)getpid(), out);
+    }
+}
+
+int cs_runtime_finish(int how, int status)
+{
+    if (!atomic_load(&started) || atomic_exchange(&finished, 1))
+        return status;
+    cs_thread *t = cs_thread_get();
+    if (t)
+        t->busy = 1;
+    cs_recording = 0;
+    if (how == CS_END_EXIT) {
+        cs_lc_finish(cs_lc, how);
+        cs_findings_flush();
+    }
+    if (cs_trace_started()) {
+        cs_rec_end e = {.how = (uint32_t)how, .status = status, .time_ns = cs_now_ns()};
+        cs_trace_write(CS_REC_END, &e, sizeof e);
+    }
+    cs_findings_summary();
+    if (!strcmp(cs_opt.report, "json") && cs_findings_total())
+        json_report();
+    cs_trace_close();
+    if (t)
+        t->busy = 0;
+    if (cs_findings_errors() && cs_opt.exitcode)
+        return (int)cs_opt.exitcode;
+    return status;
+}
+
+static void halt(void)
+{
+    int st = cs_runtime_finish(CS_END_HALT, (int)cs_opt.exitcode);
+    _exit(st ? st : 1);
+}
+
+/* ---- process hooks ---- */
+
+static void after_load(void)
+{
+    cs_got_scan();
+    if (cs_trace_started())
+        cs_modules_note();
+}
+
+/* glibc searches a bare name in the *caller's* RUNPATH; through this hook
+ * the caller would be libcapsan.so, so the caller's search path is
+ * replayed here first (memray's dlopen hook does the same). */
+static void *dlopen_from(const void *caller, const char *file, int mode)
+{
+    Dl_info di;
+    struct link_map *lm = NULL;
+    if (!file || strchr(file, '/') || !dladdr1(caller, &di, (void **)&lm, RTLD_DL_LINKMAP) || !lm)
+        return NULL;
+    void *h = dlopen(file, mode | RTLD_NOLOAD);
+    if (h)
+        return h;
+    const char *strtab = NULL, *rp = NULL;
+    size_t runpath = 0, rpath = 0;
+    int has_runpath = 0, has_rpath = 0;
+    for (const ElfW(Dyn) *d = lm->l_ld; d && d->d_tag != DT_NULL; d++) {
+        if (d->d_tag == DT_STRTAB)
+            strtab = (const char *)d->d_un.d_ptr;
+        else if (d->d_tag == DT_RUNPATH)
+            runpath = d->d_un.d_val, has_runpath = 1;
+        else if (d->d_tag == DT_RPATH)
+            rpath = d->d_un.d_val, has_rpath = 1;
+    }
+    if (!strtab || (!has_runpath && !has_rpath))
+        return NULL;
+    if ((uintptr_t)strtab < lm->l_addr)
+        strtab += lm->l_addr;
+    rp = strtab + (has_runpath ? runpath : rpath);
+    char origin[512];
+    const char *objpath = lm->l_name && *lm->l_name ? lm->l_name : di.dli_fname;
+    const char *sl = strrchr(objpath, '/');
+    snprintf(origin, sizeof origin, "%.*s", sl ? (int)(sl - objpath) : 1, sl ? objpath : ".");
+    while (*rp) {
+        size_t len = strcspn(rp, ":");
+        char dir[1024], path[1400];
+        if (len >= 7 && !strncmp(rp, "$ORIGIN", 7))
+            snprintf(dir, sizeof dir, "%s%.*s", origin, (int)(len - 7), rp + 7);
+        else if (len >= 9 && !strncmp(rp, "${ORIGIN}", 9))
+            snprintf(dir, sizeof dir, "%s%.*s", origin, (int)(len - 9), rp + 9);
+        else
+            snprintf(dir, sizeof dir, "%.*s", (int)len, rp);
+        snprintf(path, sizeof path, "%s/%s", dir, file);
+        if (access(path, F_OK) == 0 && (h = dlopen(path, mode)))
+            return h;
+        rp += len;
+        if (*rp)
+            rp++;
+    }
+    return NULL;
+}
+
+static void *hook_dlopen(const char *file, int mode)
+{
+    void *h = dlopen_from(__builtin_return_address(0), file, mode);
+    if (!h)
+        h = dlopen(file, mode);
+    if (h)
+        after_load();
+    return h;
+}
+
+static int hook_dlclose(void *h)
+{
+    int rc = dlclose(h);
+    cs_got_forget_unloaded();
+    cs_stack_flush();
+    return rc;
+}
+
+static void hook_exit(int status)
+{
+    exit(cs_runtime_finish(CS_END_EXIT, status));
+}
+
+static void hook__exit(int status)
+{
+    _exit(cs_runtime_finish(CS_END_QUICK_EXIT, status));
+}
+
+typedef int (*main_fn)(int, char **, char **);
+static main_fn real_main;
+
+static int main_wrap(int argc, char **argv, char **envp)
+{
+    int rc = real_main(argc, argv, envp);
+    return cs_runtime_finish(CS_END_EXIT, rc);
+}
+
+typedef int (*lsm_fn)(main_fn, int, char **, void (*)(void), void (*)(void), void (*)(void),
+                      void *);
+
+/* The program's own main returning is an exit we must see with its status;
+ * the executable's call to __libc_start_main happens after our
+ * constructor, through a slot we patched. */
+static int hook_libc_start_main(main_fn m, int argc, char **argv, void (*init)(void),
+                                void (*fini)(void), void (*rtld_fini)(void), void *stack_end)
+{
+    lsm_fn real = (lsm_fn)dlsym(RTLD_DEFAULT, "__libc_start_main");
+    real_main = m;
+    return real(main_wrap, argc, argv, init, fini, rtld_fini, stack_end);
+}
+
+static void at_exit(void)
+{
+    /* reached only when exit() was not hooked (capsan imported late) */
+    int errs_before = (int)cs_findings_errors();
+    (void)errs_before;
+    int st = cs_runtime_finish(CS_END_EXIT, -1);
+    if (st != -1)
+        _exit(st);
+}
+
+static const cs_hook process_hooks[] = {
+    {"dlopen", (void *)hook_dlopen},
+    {"dlclose", (void *)hook_dlclose},
+    {"exit", (void *)hook_exit},
+    {"_exit", (void *)hook__exit},
+    {"__libc_start_main", (void *)hook_libc_start_main},
+};
+
+static cs_hook all_hooks[32];
+
+/* ---- fork ---- */
+
+void cs_findings_reset_child(void);
+
+static void fork_prepare(void)
+{
+    if (cs_lc)
+        cs_lc_lock_all(cs_lc);
+}
+
+static void fork_parent(void)
+{
+    if (cs_lc)
+        cs_lc_unlock_all(cs_lc);
+}
+
+static void fork_child(void)
+{
+    if (cs_lc)
+        cs_lc_unlock_all(cs_lc);
+    /* the child writes its own log_path.PID, starting with what it
+     * inherited; its findings and exit status are its own */
+    cs_trace_atfork_child();
+    cs_findings_reset_child();
+}
+
+/* ---- crashes ---- */
+
+static const int crash_sigs[] = {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT};
+static struct sigaction old_act[NSIG];
+
+static void on_crash(int sig, siginfo_t *si, void *ucv)
+{
+    static atomic_int once;
+    if (!atomic_exchange(&once, 1) && atomic_load(&started) && !atomic_load(&finished)) {
+        ucontext_t *uc = ucv;
+        uint64_t pc = uc ? (uint64_t)uc->uc_mcontext.gregs[REG_RIP] : 0;
+        cs_recording = 0;
+        if (cs_trace_started()) {
+            cs_rec_end e = {.how = CS_END_SIGNAL, .status = sig, .time_ns = cs_now_ns(),
+                            .fault_addr = (uint64_t)(uintptr_t)si->si_addr, .pc = pc};
+            cs_trace_write(CS_REC_END, &e, sizeof e);
+            cs_trace_close();
+        }
+        dprintf(2, "==%d==capsan: %s at pc 0x%llx (address 0x%llx)%s\n", (int)getpid(),
+                strsignal(sig), (unsigned long long)pc,
+                (unsigned long long)(uintptr_t)si->si_addr,
+                pc == 0 ? ": a call through a NULL function pointer (a NULL deleter?)" : "");
+        dprintf(2, "==%d==capsan: %u finding(s) reported before the crash; trace: %s\n",
+                (int)getpid(), cs_findings_total(), cs_trace_path());
+    }
+    sigaction(sig, &old_act[sig], NULL);
+    if (si->si_code <= 0) /* sent, not a fault: it will not happen again */
+        raise(sig);
+}
+
+static void install_crash_handlers(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = on_crash;
+    sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
+    sigemptyset(&sa.sa_mask);
+    for (size_t i = 0; i < sizeof crash_sigs / sizeof crash_sigs[0]; i++) {
+        struct sigaction cur;
+        sigaction(crash_sigs[i], NULL, &cur);
+        /* the program's own handler stays in charge */
+        if (cur.sa_handler != SIG_DFL)
+            continue;
+        sigaction(crash_sigs[i], &sa, &old_act[crash_sigs[i]]);
+    }
+}
+
+/* ---- start and stop ---- */
+
+static void self_marker(void) {}
+
+int capsan_start(void)
+{
+    if (atomic_exchange(&started, 1))
+        return cs_recording;
+    if (getenv("CAPSAN_CHILD"))
+        return 0;
+    cs_options_defaults();
+    char err[512];
+    if (cs_options_parse(getenv("CAPSAN_OPTIONS"), err, sizeof err) != 0)
+        dprintf(2, "%s\n", err);
+    if (cs_opt.help) {
+        cs_options_help(2);
+        _exit(0);
+    }
+    if (!cs_pyapi_init())
+        return 0; /* not a Python process: stay out of the way */
+    Dl_info di;
+    if (dladdr((void *)self_marker, &di) && di.dli_fname)
+        snprintf(self_path, sizeof self_path, "%s", di.dli_fname);
+    cs_lc = cs_lc_create(cs_findings_cb, NULL, 1);
+    if (!cs_lc)
+        return 0;
+    cs_thread_init();
+    cs_stack_init((void *)self_marker);
+    cs_trace_init(cs_opt.log_path, prologue);
+    int n = 0;
+    for (int i = 0; i < cs_capsule_nhooks; i++)
+        all_hooks[n++] = cs_capsule_hooks[i];
+    for (size_t i = 0; i < sizeof process_hooks / sizeof process_hooks[0]; i++)
+        all_hooks[n++] = process_hooks[i];
+    cs_got_init(all_hooks, n, (void *)self_marker);
+    pthread_atfork(fork_prepare, fork_parent, fork_child);
+    install_crash_handlers();
+    atexit(at_exit);
+    cs_recording = 1;
+    int patched = cs_got_scan();
+    if (cs_opt.verbosity) {
+        unsigned o, s;
+        cs_got_stats(&o, &s);
+        dprintf(2, "==%d==capsan: started, %d objects scanned, %u patched slots; trace prefix %s\n",
+                (int)getpid(), patched, s, cs_opt.log_path);
+    }
+    return 1;
+}
+
+void capsan_stop(void)
+{
+    cs_recording = 0;
+    cs_got_restore();
+}
+
+int capsan_active(void) { return cs_recording; }
+
+__attribute__((constructor)) static void capsan_preload_ctor(void)
+{
+    /* LD_PRELOAD starts the runtime; `import capsan` calls capsan_start */
+    const char *pre = getenv("LD_PRELOAD");
+    if (pre && strstr(pre, "libcapsan"))
+        capsan_start();
+}

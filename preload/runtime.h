@@ -1,0 +1,34 @@
+/* The runtime's hub: the one lifecycle, the emit path every hook uses, and
+ * the process-level hooks (dlopen, exit, fork, crash signals). */
+#ifndef CAPSAN_RUNTIME_H
+#define CAPSAN_RUNTIME_H
+
+#include <stdint.h>
+#include "lifecycle.h"
+#include "thread.h"
+
+extern cs_lifecycle *cs_lc;
+/* Recording is on (started, not stopped, not finished). Hooks that only
+ * observe return early when it is 0; trampolines still forward calls. */
+extern volatile int cs_recording;
+
+/* Record one event: capture the stack (unless stack_from != 0, whose stack
+ * id is reused), judge it, write it. `export_out`, when not NULL, receives
+ * the object's export event (1 returned in *found) read under the same
+ * lock, so a trampoline learns the original deleter atomically with the
+ * verdict. Returns the lifecycle verdict with CS_VERDICT_SKIP only when
+ * protect=1. ev->stack is filled in. */
+unsigned cs_emit(cs_event *ev, int want_stack, cs_event *export_out, int *found);
+
+/* Live findings: the lifecycle callback; prints and counts them. */
+void cs_findings_cb(void *ud, const cs_finding *f);
+void cs_findings_flush(void);
+unsigned cs_findings_errors(void);
+unsigned cs_findings_total(void);
+void cs_findings_summary(void);
+
+/* Finish the process's trace (leak check when how == CS_END_EXIT) and
+ * return the exit status to use. Idempotent. */
+int cs_runtime_finish(int how, int status);
+
+#endif

@@ -1,0 +1,419 @@
+/* Stack capture and interning (see stack.h).
+ *
+ * Hot path: unwind + Python walk into a buffer, then an exact lookup in a
+ * per-thread set-associative cache of whole stacks (a hit is the stack
+ * that happened, never a near match). Misses insert into the global tree
+ * under one mutex and write the new nodes to the trace. */
+#define Py_BUILD_CORE 1
+#include <Python.h>
+#include <internal/pycore_frame.h>
+
+#include "stack.h"
+
+#include <dlfcn.h>
+#include <link.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "options.h"
+#include "pyapi.h"
+#include "tracefile.h"
+
+#define MAXF 256
+
+/* ---- native: libunwind, loaded RTLD_LOCAL so its _Unwind_* and backtrace
+ * never replace libgcc's for the host (C++ exceptions in torch) ---- */
+static int (*unw_bt)(void **, int);
+static void (*unw_flush)(void *, uintptr_t, uintptr_t);
+static void *unw_space;
+static uintptr_t self_lo, self_hi;
+
+static int self_range_cb(struct dl_phdr_info *info, size_t size, void *data)
+{
+    (void)size;
+    uintptr_t a = (uintptr_t)data;
+    for (int i = 0; i < info->dlpi_phnum; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        uintptr_t lo = info->dlpi_addr + ph->p_vaddr, hi = lo + ph->p_memsz;
+        if (ph->p_type == PT_LOAD && (ph->p_flags & PF_X) && a >= lo && a < hi) {
+            self_lo = lo;
+            self_hi = hi;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+void cs_stack_init(const void *self)
+{
+    dl_iterate_phdr(self_range_cb, (void *)self);
+    void *h = dlopen("libunwind.so.8", RTLD_NOW | RTLD_LOCAL);
+    if (!h)
+        return;
+    unw_bt = (int (*)(void **, int))dlsym(h, "_ULx86_64_backtrace");
+    if (!unw_bt)
+        unw_bt = (int (*)(void **, int))dlsym(h, "unw_backtrace");
+    int (*policy)(void *, int) = (int (*)(void *, int))dlsym(h, "_ULx86_64_set_caching_policy");
+    void **as = dlsym(h, "_ULx86_64_local_addr_space");
+    *(void **)&unw_flush = dlsym(h, "_Ux86_64_flush_cache");
+    if (as) {
+        unw_space = *as;
+        if (policy)
+            policy(unw_space, 2 /* UNW_CACHE_PER_THREAD */);
+    }
+}
+
+void cs_stack_flush(void)
+{
+    /* libunwind keys its cache by address: unloaded objects leave stale
+     * entries; dropping all of it is cheap and rare */
+    if (unw_flush && unw_space)
+        unw_flush(unw_space, 0, 0);
+}
+
+/* ---- Python code objects, interned under the GIL ---- */
+typedef struct code_info {
+    const char *file, *name;
+    uint32_t firstlineno;
+    _Atomic uint32_t gen;  /* trace generation it was written in */
+} code_info;
+
+static PyCodeObject **code_keys;   /* open addressing, strong refs */
+static uint32_t *code_vals;
+static size_t code_cap, code_used;
+static code_info *_Atomic code_tab[4096]; /* chunks of 1024 */
+static _Atomic uint32_t code_count;   /* ids are 1..code_count */
+
+static code_info *code_at(uint32_t id)
+{
+    code_info *c = atomic_load_explicit(&code_tab[id >> 10], memory_order_acquire);
+    return c ? &c[id & 1023] : NULL;
+}
+
+static void code_write(uint32_t id)
+{
+    code_info *c = code_at(id);
+    uint32_t g = cs_trace_gen();
+    if (!c || atomic_load(&c->gen) == g)
+        return;
+    atomic_store(&c->gen, g);
+    cs_rec_code r = {.code_id = id, .firstlineno = c->firstlineno,
+                     .filename_len = (uint32_t)strlen(c->file),
+                     .name_len = (uint32_t)strlen(c->name)};
+    const char *strs[2] = {c->file, c->name};
+    cs_trace_write_strs(CS_REC_CODE, &r, sizeof r, strs, 2);
+}
+
+static char *utf8_copy(PyObject *s)
+{
+    const char *u = s ? cs_py.Unicode_AsUTF8(s) : NULL;
+    return strdup(u ? u : "?");
+}
+
+/* GIL held. Returns 0 when out of memory. */
+static uint32_t code_intern(PyCodeObject *co)
+{
+    if (code_cap && (code_used + 1) * 2 <= code_cap) {
+        size_t m = code_cap - 1;
+        for (size_t i = ((uintptr_t)co >> 4) & m;; i = (i + 1) & m) {
+            if (code_keys[i] == co)
+                return code_vals[i];
+            if (!code_keys[i])
+                break;
+        }
+    }
+    if ((code_used + 1) * 2 > code_cap) {
+        size_t ncap = code_cap ? code_cap * 2 : 1024;
+        PyCodeObject **nk = calloc(ncap, sizeof *nk);
+        uint32_t *nv = calloc(ncap, sizeof *nv);
+        if (!nk || !nv) {
+            free(nk);
+            free(nv);
+            return 0;
+        }
+        for (size_t j = 0; j < code_cap; j++) {
+            if (!code_keys[j])
+                continue;
+            size_t i = ((uintptr_t)code_keys[j] >> 4) & (ncap - 1);
+            while (nk[i])
+                i = (i + 1) & (ncap - 1);
+            nk[i] = code_keys[j];
+            nv[i] = code_vals[j];
+        }
+        free(code_keys);
+        free(code_vals);
+        code_keys = nk;
+        code_vals = nv;
+        code_cap = ncap;
+        for (size_t i = ((uintptr_t)co >> 4) & (ncap - 1);; i = (i + 1) & (ncap - 1)) {
+            if (code_keys[i] == co)
+                return code_vals[i];
+            if (!code_keys[i])
+                break;
+        }
+    }
+    uint32_t id = atomic_load(&code_count) + 1;
+    if ((id >> 10) >= 4096)
+        return 0;
+    if (!atomic_load(&code_tab[id >> 10])) {
+        code_info *chunk = calloc(1024, sizeof *chunk);
+        if (!chunk)
+            return 0;
+        atomic_store(&code_tab[id >> 10], chunk);
+    }
+    /* a pending exception must survive our string conversions (R5) */
+    PyObject *et, *ev, *tb;
+    cs_py.Err_Fetch(&et, &ev, &tb);
+    code_info *c = code_at(id);
+    c->file = utf8_copy(co->co_filename);
+    c->name = utf8_copy(co->co_qualname);
+    c->firstlineno = (uint32_t)co->co_firstlineno;
+    cs_py.Err_Restore(et, ev, tb);
+    /* the code object must outlive its id: a reused address would name a
+     * different function */
+    cs_py.IncRef((PyObject *)co);
+    size_t i = ((uintptr_t)co >> 4) & (code_cap - 1);
+    while (code_keys[i])
+        i = (i + 1) & (code_cap - 1);
+    code_keys[i] = co;
+    code_vals[i] = id;
+    code_used++;
+    atomic_store_explicit(&code_count, id, memory_order_release);
+    return id;
+}
+
+int cs_stack_code(uint32_t id, const char **file, const char **name)
+{
+    if (!id || id > atomic_load(&code_count))
+        return 0;
+    code_info *c = code_at(id);
+    *file = c->file;
+    *name = c->name;
+    return 1;
+}
+
+/* ---- per-thread caches ---- */
+#define CSETS 128
+#define CWAYS 2
+#define CMAXF 64
+#define LSETS 256
+
+typedef struct centry {
+    uint64_t hash;
+    uint32_t id, n;
+    uint64_t vals[CMAXF];
+} centry;
+
+typedef struct cs_stack_cache {
+    centry e[CSETS][CWAYS];
+    uint8_t victim[CSETS];
+    struct { const void *code; int lasti; int line; } lines[LSETS];
+} cs_stack_cache;
+
+void cs_stack_cache_free(cs_stack_cache *c) { free(c); }
+
+static int python_frames(cs_stack_cache *c, uint64_t *out, int max)
+{
+    if (!cs_py.frames_311 || max <= 0)
+        return 0;
+    PyThreadState *ts = cs_py.ThreadState_UncheckedGet();
+    if (!ts || !ts->cframe)
+        return 0;
+    int n = 0;
+    for (_PyInterpreterFrame *f = ts->cframe->current_frame; f && n < max; f = f->previous) {
+        if (_PyFrame_IsIncomplete(f))
+            continue;
+        PyCodeObject *co = f->f_code;
+        int lasti = _PyInterpreterFrame_LASTI(f);
+        unsigned slot = (unsigned)(((uintptr_t)co >> 4) ^ (unsigned)lasti * 2654435761u) % LSETS;
+        int line;
+        if (c->lines[slot].code == co && c->lines[slot].lasti == lasti) {
+            line = c->lines[slot].line;
+        } else {
+            line = cs_py.Code_Addr2Line(co, lasti * (int)sizeof(_Py_CODEUNIT));
+            c->lines[slot].code = co;
+            c->lines[slot].lasti = lasti;
+            c->lines[slot].line = line;
+        }
+        uint32_t id = code_intern(co);
+        if (!id)
+            break;
+        out[n++] = CS_FRAME_PY_VALUE(id, line < 0 ? 0 : line, f->is_entry);
+    }
+    return n;
+}
+
+/* ---- the tree ---- */
+typedef struct node {
+    uint32_t parent;
+    _Atomic uint32_t gen;
+    uint64_t value;
+} node;
+
+#define NCHUNK 65536
+static node *_Atomic node_tab[4096];
+static uint32_t node_count; /* ids 1..node_count; 0 is the empty stack */
+static uint32_t *map_ids;   /* open addressing over (parent, value) */
+static size_t map_cap;
+static pthread_mutex_t tree_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static node *node_at(uint32_t id)
+{
+    node *c = atomic_load_explicit(&node_tab[id / NCHUNK], memory_order_acquire);
+    return c ? &c[id % NCHUNK] : NULL;
+}
+
+static inline uint64_t hmix(uint64_t a, uint64_t b)
+{
+    uint64_t h = a * 0x9e3779b97f4a7c15ull ^ b;
+    h ^= h >> 31;
+    h *= 0xbf58476d1ce4e5b9ull;
+    return h ^ (h >> 29);
+}
+
+static void node_emit(uint32_t id)
+{
+    node *nd = node_at(id);
+    atomic_store(&nd->gen, cs_trace_gen());
+    if (CS_FRAME_IS_PY(nd->value))
+        code_write(CS_FRAME_PY_CODE(nd->value));
+    cs_rec_frame r = {.id = id, .parent = nd->parent, .value = nd->value};
+    cs_trace_write(CS_REC_FRAME, &r, sizeof r);
+}
+
+/* tree_mu held */
+static uint32_t node_get(uint32_t parent, uint64_t value)
+{
+    if ((node_count + 1) * 2 > map_cap) {
+        size_t ncap = map_cap ? map_cap * 2 : 4096;
+        uint32_t *nm = calloc(ncap, sizeof *nm);
+        if (!nm)
+            return 0;
+        for (size_t j = 0; j < map_cap; j++) {
+            uint32_t id = map_ids[j];
+            if (!id)
+                continue;
+            node *nd = node_at(id);
+            size_t i = hmix(nd->parent, nd->value) & (ncap - 1);
+            while (nm[i])
+                i = (i + 1) & (ncap - 1);
+            nm[i] = id;
+        }
+        free(map_ids);
+        map_ids = nm;
+        map_cap = ncap;
+    }
+    size_t m = map_cap - 1, i;
+    for (i = hmix(parent, value) & m; map_ids[i]; i = (i + 1) & m) {
+        node *nd = node_at(map_ids[i]);
+        if (nd->parent == parent && nd->value == value)
+            return map_ids[i];
+    }
+    uint32_t id = node_count + 1;
+    if (id / NCHUNK >= 4096)
+        return 0;
+    if (!atomic_load(&node_tab[id / NCHUNK])) {
+        node *chunk = calloc(NCHUNK, sizeof *chunk);
+        if (!chunk)
+            return 0;
+        atomic_store(&node_tab[id / NCHUNK], chunk);
+    }
+    node *nd = node_at(id);
+    nd->parent = parent;
+    nd->value = value;
+    node_count = id;
+    map_ids[i] = id;
+    node_emit(id);
+    return id;
+}
+
+static uint32_t tree_insert(const uint64_t *vals, int n)
+{
+    uint32_t parent = 0;
+    pthread_mutex_lock(&tree_mu);
+    /* outermost first, so stacks share their roots */
+    for (int i = n - 1; i >= 0 && (i == n - 1 || parent); i--)
+        parent = node_get(parent, vals[i]);
+    pthread_mutex_unlock(&tree_mu);
+    return parent;
+}
+
+void cs_stack_ensure(uint32_t id)
+{
+    node *nd;
+    if (!id || !(nd = node_at(id)) || atomic_load(&nd->gen) == cs_trace_gen())
+        return;
+    uint32_t chain[MAXF * 2];
+    int n = 0;
+    pthread_mutex_lock(&tree_mu);
+    for (uint32_t x = id; x && n < (int)(sizeof chain / sizeof chain[0]); x = node_at(x)->parent) {
+        if (atomic_load(&node_at(x)->gen) == cs_trace_gen())
+            break;
+        chain[n++] = x;
+    }
+    while (n > 0)
+        node_emit(chain[--n]);
+    pthread_mutex_unlock(&tree_mu);
+}
+
+int cs_stack_raw(uint32_t id, uint64_t *vals, int max)
+{
+    int n = 0;
+    for (uint32_t x = id; x && n < max; x = node_at(x)->parent)
+        vals[n++] = node_at(x)->value;
+    return n;
+}
+
+uint32_t cs_stack_capture(cs_thread *t, int gil)
+{
+    int nd = (int)cs_opt.native_depth, pd = gil ? (int)cs_opt.python_depth : 0;
+    if (nd > 128)
+        nd = 128;
+    if (pd > 128)
+        pd = 128;
+    if (nd <= 0 && pd <= 0)
+        return 0;
+    if (!t->cache && !(t->cache = calloc(1, sizeof *t->cache)))
+        return 0;
+    uint64_t vals[MAXF + 16];
+    int n = 0;
+    if (nd > 0 && unw_bt) {
+        void *ips[128 + 16];
+        int got = unw_bt(ips, nd + 8);
+        int skip = 0;
+        /* drop capsan's own frames: the stack starts at the hooked call */
+        while (skip < got && (uintptr_t)ips[skip] >= self_lo && (uintptr_t)ips[skip] < self_hi)
+            skip++;
+        for (int i = skip; i < got && n < nd; i++)
+            vals[n++] = (uint64_t)(uintptr_t)ips[i] & ~CS_FRAME_PY;
+    }
+    if (pd > 0)
+        n += python_frames(t->cache, vals + n, pd);
+    if (n == 0)
+        return 0;
+    uint64_t h = 0x12345;
+    for (int i = 0; i < n; i++)
+        h = hmix(h, vals[i]);
+    if (n <= CMAXF) {
+        unsigned set = (unsigned)(h % CSETS);
+        for (int w = 0; w < CWAYS; w++) {
+            centry *e = &t->cache->e[set][w];
+            if (e->hash == h && e->n == (uint32_t)n &&
+                memcmp(e->vals, vals, (size_t)n * sizeof vals[0]) == 0) {
+                cs_stack_ensure(e->id);
+                return e->id;
+            }
+        }
+        uint32_t id = tree_insert(vals, n);
+        centry *e = &t->cache->e[set][t->cache->victim[set]];
+        t->cache->victim[set] = (uint8_t)((t->cache->victim[set] + 1) % CWAYS);
+        e->hash = h;
+        e->n = (uint32_t)n;
+        e->id = id;
+        memcpy(e->vals, vals, (size_t)n * sizeof vals[0]);
+        return id;
+    }
+    return tree_insert(vals, n);
+}

@@ -1,0 +1,28 @@
+/* Stacks: native frames from libunwind and Python frames from the
+ * interpreter, interned as paths in a prefix tree (CS_REC_FRAME records)
+ * so an event stores one id. */
+#ifndef CAPSAN_STACK_H
+#define CAPSAN_STACK_H
+
+#include <stdint.h>
+#include "thread.h"
+
+struct cs_stack_cache;
+
+/* Load libunwind privately; `self` is any address inside libcapsan.so. */
+void cs_stack_init(const void *self);
+/* Capture this thread's stack now (Python frames only if `gil`). Returns
+ * the leaf id (0 when stacks are off), its records already in the trace. */
+uint32_t cs_stack_capture(cs_thread *t, int gil);
+/* Make sure a stack id captured earlier is in the current trace file (a
+ * forked child's new file starts without the parent's stacks). */
+void cs_stack_ensure(uint32_t id);
+void cs_stack_cache_free(struct cs_stack_cache *c);
+/* Flush libunwind's caches (after dlclose). */
+void cs_stack_flush(void);
+
+/* In-process reading, for the live report. */
+int cs_stack_raw(uint32_t id, uint64_t *vals, int max);
+int cs_stack_code(uint32_t code_id, const char **file, const char **name);
+
+#endif

@@ -1,0 +1,242 @@
+/* Trace file writer (see tracefile.h and reports/FORMAT.md). */
+#include "tracefile.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define CHUNK (8u << 20)
+#define MAX_CHUNKS (1u << 16) /* 512 GiB */
+
+static char prefix[512];
+static char path[600];
+static cs_trace_prologue_fn prologue;
+static int fd = -1;
+static _Atomic int state; /* 0 closed, 1 opening, 2 open, 3 failed */
+static _Atomic uint64_t wr_off;
+static _Atomic(char *) chunks[MAX_CHUNKS];
+static _Atomic uint32_t mapped_upto; /* chunks [0, mapped_upto) exist */
+static pthread_mutex_t grow_mu = PTHREAD_MUTEX_INITIALIZER;
+static _Atomic uint32_t gen = 1;
+
+uint64_t cs_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+void cs_trace_init(const char *p, cs_trace_prologue_fn fn)
+{
+    snprintf(prefix, sizeof prefix, "%s", p);
+    prologue = fn;
+}
+
+uint32_t cs_trace_gen(void) { return atomic_load_explicit(&gen, memory_order_relaxed); }
+const char *cs_trace_path(void) { return atomic_load(&state) == 2 ? path : ""; }
+int cs_trace_started(void) { return atomic_load(&state) == 2; }
+
+/* Map chunk k (and grow the file to hold it); grow_mu held. */
+static int map_chunk(uint32_t k)
+{
+    if (atomic_load(&chunks[k]))
+        return 0;
+    if (ftruncate(fd, (off_t)(k + 1) * CHUNK) != 0)
+        return -1;
+    void *m = mmap(NULL, CHUNK, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd,
+                   (off_t)k * CHUNK);
+    if (m == MAP_FAILED)
+        return -1;
+    atomic_store(&chunks[k], (char *)m);
+    if (k + 1 > atomic_load(&mapped_upto))
+        atomic_store(&mapped_upto, k + 1);
+    return 0;
+}
+
+static int open_file(void)
+{
+    snprintf(path, sizeof path, "%s.%d", prefix, (int)getpid());
+    fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        dprintf(2, "capsan: cannot create trace file %s: %s; tracing to disk is off\n", path,
+                strerror(errno));
+        return -1;
+    }
+    pthread_mutex_lock(&grow_mu);
+    int rc = map_chunk(0);
+    pthread_mutex_unlock(&grow_mu);
+    if (rc != 0) {
+        dprintf(2, "capsan: cannot map trace file %s: %s\n", path, strerror(errno));
+        close(fd);
+        fd = -1;
+        return -1;
+    }
+    cs_file_header *h = (cs_file_header *)atomic_load(&chunks[0]);
+    struct timespec rt;
+    clock_gettime(CLOCK_REALTIME, &rt);
+    h->version = CS_TRACE_VERSION;
+    h->header_size = sizeof *h;
+    h->pid = (uint64_t)getpid();
+    h->ppid = (uint64_t)getppid();
+    h->start_realtime_ns = (uint64_t)rt.tv_sec * 1000000000ull + (uint64_t)rt.tv_nsec;
+    h->start_mono_ns = cs_now_ns();
+    memcpy(h->magic, CS_TRACE_MAGIC, 8);
+    atomic_store(&wr_off, sizeof *h);
+    return 0;
+}
+
+/* First writer opens the file; others wait for it (once per process). */
+static int ensure_open(void)
+{
+    int s = atomic_load_explicit(&state, memory_order_acquire);
+    if (s == 2)
+        return 0;
+    if (s == 3)
+        return -1;
+    int expect = 0;
+    if (atomic_compare_exchange_strong(&state, &expect, 1)) {
+        if (open_file() != 0) {
+            atomic_store(&state, 3);
+            return -1;
+        }
+        atomic_store_explicit(&state, 2, memory_order_release);
+        if (prologue)
+            prologue();
+        return 0;
+    }
+    while ((s = atomic_load_explicit(&state, memory_order_acquire)) == 1)
+        sched_yield();
+    return s == 2 ? 0 : -1;
+}
+
+static void pad(char *at, uint32_t n)
+{
+    cs_rec *r = (cs_rec *)at;
+    r->flags = 0;
+    r->size = n;
+    atomic_store_explicit((_Atomic uint16_t *)&r->type, CS_REC_PAD, memory_order_release);
+}
+
+static char *chunk_ptr(uint32_t k)
+{
+    char *c = atomic_load_explicit(&chunks[k], memory_order_acquire);
+    if (c)
+        return c;
+    pthread_mutex_lock(&grow_mu);
+    int rc = map_chunk(k);
+    pthread_mutex_unlock(&grow_mu);
+    return rc == 0 ? atomic_load(&chunks[k]) : NULL;
+}
+
+void *cs_trace_begin(uint16_t type, size_t payload, cs_rec **hdr_out)
+{
+    (void)type;
+    size_t size = (sizeof(cs_rec) + payload + 7) & ~(size_t)7;
+    if (size > CHUNK / 2 || ensure_open() != 0)
+        return NULL;
+    for (;;) {
+        uint64_t off = atomic_fetch_add_explicit(&wr_off, size, memory_order_relaxed);
+        uint64_t k = off / CHUNK, kend = (off + size - 1) / CHUNK;
+        if (kend >= MAX_CHUNKS)
+            return NULL;
+        if (k != kend) {
+            /* a record never straddles two mappings: fill both sides */
+            char *a = chunk_ptr((uint32_t)k), *b = chunk_ptr((uint32_t)kend);
+            if (!a || !b)
+                return NULL;
+            pad(a + off % CHUNK, (uint32_t)(CHUNK - off % CHUNK));
+            pad(b, (uint32_t)((off + size) % CHUNK));
+            continue;
+        }
+        char *c = chunk_ptr((uint32_t)k);
+        if (!c)
+            return NULL;
+        /* past half of the last mapped chunk: map the next one ahead */
+        if (off % CHUNK >= CHUNK / 2 && atomic_load(&mapped_upto) == k + 1 &&
+            k + 1 < MAX_CHUNKS)
+            chunk_ptr((uint32_t)k + 1);
+        cs_rec *r = (cs_rec *)(c + off % CHUNK);
+        r->flags = 0;
+        r->size = (uint32_t)size;
+        *hdr_out = r;
+        return r + 1;
+    }
+}
+
+void cs_trace_commit(cs_rec *hdr, uint16_t type)
+{
+    /* the type goes last: a record cut short by SIGKILL reads as the end */
+    atomic_store_explicit((_Atomic uint16_t *)&hdr->type, type, memory_order_release);
+}
+
+int cs_trace_write(uint16_t type, const void *payload, size_t n)
+{
+    cs_rec *h;
+    void *p = cs_trace_begin(type, n, &h);
+    if (!p)
+        return -1;
+    memcpy(p, payload, n);
+    cs_trace_commit(h, type);
+    return 0;
+}
+
+int cs_trace_write_strs(uint16_t type, const void *fixed, size_t n, const char *const *strs,
+                        int nstrs)
+{
+    size_t total = n;
+    for (int i = 0; i < nstrs; i++)
+        total += strlen(strs[i] ? strs[i] : "") + 1;
+    cs_rec *h;
+    char *p = cs_trace_begin(type, total, &h);
+    if (!p)
+        return -1;
+    memcpy(p, fixed, n);
+    p += n;
+    for (int i = 0; i < nstrs; i++) {
+        const char *s = strs[i] ? strs[i] : "";
+        size_t l = strlen(s) + 1;
+        memcpy(p, s, l);
+        p += l;
+    }
+    cs_trace_commit(h, type);
+    return 0;
+}
+
+void cs_trace_atfork_child(void)
+{
+    /* the parent's mappings are MAP_SHARED: writing there would corrupt
+     * its file. Forget them; the child's first record opens its own. */
+    for (uint32_t k = 0; k < atomic_load(&mapped_upto); k++) {
+        char *c = atomic_load(&chunks[k]);
+        if (c)
+            munmap(c, CHUNK);
+        atomic_store(&chunks[k], NULL);
+    }
+    atomic_store(&mapped_upto, 0);
+    if (fd >= 0)
+        close(fd);
+    fd = -1;
+    pthread_mutex_init(&grow_mu, NULL);
+    atomic_store(&wr_off, 0);
+    atomic_store(&state, 0);
+    atomic_fetch_add(&gen, 1);
+}
+
+void cs_trace_close(void)
+{
+    if (atomic_load(&state) != 2)
+        return;
+    uint32_t n = atomic_load(&mapped_upto);
+    for (uint32_t k = 0; k < n; k++) {
+        char *c = atomic_load(&chunks[k]);
+        if (c)
+            msync(c, CHUNK, MS_ASYNC);
+    }
+}

@@ -1,0 +1,183 @@
+/* capsan trace file format, version 1 (documented in reports/FORMAT.md).
+ *
+ * Shared by the writer (preload/tracefile.c) and the reader
+ * (reports/reader.c). Little-endian, x86-64 layout; every record starts on
+ * an 8-byte boundary with a cs_rec header whose size counts the header and
+ * is a multiple of 8. A zero header marks the end of what was written: the
+ * file is grown ahead of the writer and the tail stays zeroed, which is how
+ * a SIGKILLed process's trace ends. */
+#ifndef CAPSAN_TRACEFMT_H
+#define CAPSAN_TRACEFMT_H
+
+#include <stdint.h>
+
+#define CS_TRACE_MAGIC "CAPSANTR"
+#define CS_TRACE_VERSION 1u
+
+typedef struct cs_file_header {
+    char magic[8];            /* CS_TRACE_MAGIC, no NUL */
+    uint32_t version;         /* CS_TRACE_VERSION */
+    uint32_t header_size;     /* sizeof(cs_file_header); records follow */
+    uint64_t pid;
+    uint64_t ppid;
+    uint64_t start_realtime_ns; /* CLOCK_REALTIME at file creation */
+    uint64_t start_mono_ns;     /* CLOCK_MONOTONIC at the same moment */
+    uint64_t reserved[2];
+} cs_file_header; /* 64 bytes */
+
+typedef struct cs_rec {
+    uint16_t type;  /* CS_REC_* */
+    uint16_t flags;
+    uint32_t size;  /* bytes, header included, multiple of 8 */
+} cs_rec;
+
+enum cs_rec_type {
+    CS_REC_END_OF_DATA = 0, /* a zero header: nothing more was written */
+    CS_REC_PAD = 1,         /* filler, skip */
+    CS_REC_PROCESS = 2,     /* cs_rec_process + argc NUL-terminated strings */
+    CS_REC_MODULE = 3,      /* cs_rec_module + build id bytes + path\0 */
+    CS_REC_CODE = 4,        /* cs_rec_code + filename\0 + qualname\0 */
+    CS_REC_FRAME = 5,       /* cs_rec_frame: one stack-tree node */
+    CS_REC_EVENT = 6,       /* cs_event */
+    CS_REC_THREAD = 7,      /* cs_rec_thread + name\0 */
+    CS_REC_END = 8,         /* cs_rec_end: how the process ended */
+    CS_REC_OPTIONS = 9,     /* the effective CAPSAN_OPTIONS string\0 */
+};
+
+typedef struct cs_rec_process {
+    uint32_t argc;
+    uint32_t reserved;
+    /* then argc NUL-terminated argv strings, then the exe path\0 */
+} cs_rec_process;
+
+typedef struct cs_rec_module {
+    uint64_t base;        /* load bias (dlpi_addr) */
+    uint64_t lo, hi;      /* absolute [lo, hi) covered by its PT_LOAD segments */
+    uint32_t build_id_len;
+    uint32_t path_len;    /* strlen(path) */
+    /* then build_id_len bytes, then path\0 */
+} cs_rec_module;
+
+typedef struct cs_rec_code {
+    uint32_t code_id;     /* referenced by Python frame values */
+    uint32_t firstlineno;
+    uint32_t filename_len;
+    uint32_t name_len;
+    /* then filename\0 qualname\0 */
+} cs_rec_code;
+
+/* A stack is a path in a prefix tree, stored leaf id in events. Node 0 is
+ * the empty stack. Walking parent links from the leaf yields the frames
+ * innermost first: first the native frames, then the Python frames. */
+typedef struct cs_rec_frame {
+    uint32_t id;
+    uint32_t parent;
+    uint64_t value;       /* see CS_FRAME_* */
+} cs_rec_frame;
+
+/* Frame values: a native frame is its return address (bit 63 clear); a
+ * Python frame has bit 63 set, bit 62 when it is the outermost frame of one
+ * C-level evaluation (CPython's is_entry), the code id in bits 32..61 and the
+ * line number in bits 0..31. */
+#define CS_FRAME_PY (1ull << 63)
+#define CS_FRAME_PY_ENTRY (1ull << 62)
+#define CS_FRAME_PY_VALUE(code, line, entry) \
+    (CS_FRAME_PY | ((entry) ? CS_FRAME_PY_ENTRY : 0) | \
+     ((uint64_t)((code) & 0x3fffffffu) << 32) | (uint32_t)(line))
+#define CS_FRAME_IS_PY(v) (((v) & CS_FRAME_PY) != 0)
+#define CS_FRAME_PY_CODE(v) ((uint32_t)(((v) >> 32) & 0x3fffffffu))
+#define CS_FRAME_PY_LINE(v) ((uint32_t)(v))
+#define CS_FRAME_PY_IS_ENTRY(v) (((v) & CS_FRAME_PY_ENTRY) != 0)
+
+typedef struct cs_rec_thread {
+    uint32_t thread;      /* capsan's thread number, 1 = first seen */
+    uint32_t reserved;
+    uint64_t os_tid;
+    /* then name\0 */
+} cs_rec_thread;
+
+/* QUICK_EXIT is _exit()/os._exit(): nothing was cleaned up, so, as with
+ * LeakSanitizer, no leak check. HALT is halt_on_error. */
+enum cs_end_how { CS_END_UNKNOWN = 0, CS_END_EXIT = 1, CS_END_SIGNAL = 2, CS_END_HALT = 3,
+                  CS_END_QUICK_EXIT = 4 };
+
+typedef struct cs_rec_end {
+    uint32_t how;         /* cs_end_how */
+    int32_t status;       /* exit status, or the signal number */
+    uint64_t time_ns;     /* CLOCK_MONOTONIC */
+    uint64_t fault_addr;  /* signal: si_addr */
+    uint64_t pc;          /* signal: the faulting instruction */
+} cs_rec_end;
+
+/* One lifecycle event: the payload of CS_REC_EVENT and the input of
+ * lifecycle.c. Field use per kind is listed beside each CS_EV_*. */
+typedef struct cs_event {
+    uint8_t kind;         /* CS_EV_* */
+    uint8_t flags;        /* CS_EVF_* */
+    uint16_t aux;
+    uint32_t thread;
+    uint64_t time_ns;     /* CLOCK_MONOTONIC */
+    uint64_t obj;         /* the object the event is about */
+    uint64_t a, b, c;
+    uint32_t stack;       /* leaf node id, 0 = no stack */
+    uint32_t extra;
+} cs_event; /* 56 bytes; the record is 64 */
+
+enum cs_event_kind {
+    /* DLPack; obj = the DLManagedTensor(Versioned) struct */
+    CS_EV_EXPORT = 1,       /* capsule created: a=capsule b=deleter c=nbytes; aux: CS_DLV_* */
+    CS_EV_OWN = 2,          /* numpy's internal numpy_dltensor capsule: a=capsule */
+    CS_EV_CONSUME = 3,      /* renamed to used_*: a=capsule b=consumer return address */
+    CS_EV_GETPTR_USED = 4,  /* pointer taken from a consumed capsule: a=capsule */
+    CS_EV_DELETE = 5,       /* deleter called: a=capsule whose destructor runs it, or 0 */
+    CS_EV_DESTROY = 6,      /* capsule destructor returned: a=capsule; aux: CS_NAME_*; extra=1: it had no destructor */
+    CS_EV_BAD_TENSOR = 7,   /* field check failed: aux=rule (13..21, 1, 7) extra=CS_BAD_* b=value */
+    CS_EV_GETPTR = 8,       /* unconsumed capsule read by a consumer: a=capsule */
+    /* NumPy data memory (issue 3); obj = the data pointer */
+    CS_EV_NP_ALLOC = 16,    /* a=size b=handler capsule c=handler struct */
+    CS_EV_NP_FREE = 17,     /* a=size b=handler capsule c=handler struct */
+    CS_EV_NP_HANDLER = 18,  /* handler seen: obj=handler struct a=capsule; extra=CS_BAD_* or 0 */
+    CS_EV_NP_OWNDATA = 19,  /* array owning foreign data created: obj=data */
+};
+
+/* CS_EV_EXPORT / CS_EV_CONSUME aux bits */
+#define CS_DLV_VERSIONED 1u
+/* CS_EV_DESTROY aux: the capsule's name when it died */
+enum cs_name_state { CS_NAME_UNCONSUMED = 0, CS_NAME_USED = 1, CS_NAME_OTHER = 2 };
+
+/* cs_event.flags */
+#define CS_EVF_GIL 0x01         /* the calling thread held the GIL */
+#define CS_EVF_SKIPPED 0x02     /* protect=1: the call was not executed */
+#define CS_EVF_NULL_DELETER 0x04 /* EXPORT with deleter == NULL */
+#define CS_EVF_IN_DTOR 0x08     /* DELETE from inside a capsule destructor (a) */
+#define CS_EVF_OFFSET_IGNORED 0x10 /* CONSUME by a consumer that ignores byte_offset (b) */
+#define CS_EVF_NO_PYTHON 0x20   /* Py_IsInitialized() was false */
+#define CS_EVF_INHERITED 0x40   /* a forked child's copy of a parent event */
+
+/* CS_EV_BAD_TENSOR detail codes (extra) */
+enum cs_bad {
+    CS_BAD_NONE = 0,
+    CS_BAD_NULL_POINTER,     /* R1: capsule holds NULL */
+    CS_BAD_NDIM,             /* R15: ndim < 0 or > 64 */
+    CS_BAD_NULL_SHAPE,       /* R15: shape NULL with ndim > 0 */
+    CS_BAD_NEGATIVE_SHAPE,   /* R15: a negative extent */
+    CS_BAD_NULL_STRIDES_V12, /* R16: strides NULL with version >= 1.2 */
+    CS_BAD_DTYPE_CODE,       /* R18: unknown type code */
+    CS_BAD_DTYPE_BITS,       /* R18: bits not a multiple of 8 (or bad sub-byte width) */
+    CS_BAD_DTYPE_LANES,      /* R18: lanes == 0 */
+    CS_BAD_DEVICE_TYPE,      /* R19: unknown device type */
+    CS_BAD_DEVICE_ID,        /* R19: device_id != 0 for CPU-like memory */
+    CS_BAD_VERSION_MAJOR,    /* R13: major != 1 in a versioned capsule */
+    CS_BAD_FLAGS,            /* R21: unknown flag bits */
+    CS_BAD_MUTATED,          /* R20: shape/strides/data changed while loaned */
+    CS_BAD_RENAME,           /* R7: renamed to an unexpected name */
+    CS_BAD_NULL_DATA,        /* R17: data NULL with elements > 0 */
+    CS_BAD_BOOL_BITS,        /* R18: bool with bits != 8 */
+    /* NumPy handlers (R27) */
+    CS_BAD_HANDLER_NAME = 32,  /* capsule not named mem_handler */
+    CS_BAD_HANDLER_VERSION,    /* version != 1 */
+    CS_BAD_HANDLER_NULL_FN,    /* a NULL function */
+    CS_BAD_HANDLER_UNTERMINATED, /* name not NUL-terminated within 127 bytes */
+};
+
+#endif

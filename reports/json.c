@@ -1,0 +1,255 @@
+/* JSON report writer (json.h). Field names and types are a contract
+ * (DESIGN.md): tests and users' tools read them, so extra fields may be
+ * added but none renamed. Unknown strings are "" and unknown lines 0, so
+ * that consumers can treat every field as always present. */
+#include "json.h"
+
+#include <string.h>
+
+#define JSON_MAX_FRAMES 128
+
+/* Escaped output is staged in a small buffer to avoid a sink call per byte. */
+typedef struct jbuf {
+    cs_out *o;
+    size_t n;
+    char b[256];
+} jbuf;
+
+static void jflush(jbuf *j)
+{
+    if (j->n)
+        j->o->write(j->o->ud, j->b, j->n);
+    j->n = 0;
+}
+
+static void jput(jbuf *j, const char *s, size_t n)
+{
+    if (j->n + n > sizeof j->b)
+        jflush(j);
+    memcpy(j->b + j->n, s, n);
+    j->n += n;
+}
+
+/* Length of the valid UTF-8 sequence at s (at most avail bytes), 0 if not. */
+static size_t utf8_len(const unsigned char *s, size_t avail)
+{
+    unsigned c = s[0];
+    size_t need;
+    unsigned lo = 0x80, hi = 0xBF;  /* allowed range of the second byte */
+    if (c < 0x80)
+        return 1;
+    if (c >= 0xC2 && c <= 0xDF)
+        need = 2;
+    else if (c >= 0xE0 && c <= 0xEF) {
+        need = 3;
+        if (c == 0xE0)
+            lo = 0xA0;              /* no overlong forms */
+        if (c == 0xED)
+            hi = 0x9F;              /* no UTF-16 surrogates */
+    } else if (c >= 0xF0 && c <= 0xF4) {
+        need = 4;
+        if (c == 0xF0)
+            lo = 0x90;
+        if (c == 0xF4)
+            hi = 0x8F;              /* nothing above U+10FFFF */
+    } else
+        return 0;
+    if (avail < need || s[1] < lo || s[1] > hi)
+        return 0;
+    for (size_t i = 2; i < need; i++)
+        if ((s[i] & 0xC0) != 0x80)
+            return 0;
+    return need;
+}
+
+void cs_json_string(cs_out *o, const char *str)
+{
+    if (!str) {
+        o->write(o->ud, "null", 4);
+        return;
+    }
+    static const char hex[] = "0123456789abcdef";
+    jbuf j = { .o = o };
+    const unsigned char *s = (const unsigned char *)str;
+    size_t left = strlen(str);
+    jput(&j, "\"", 1);
+    while (left) {
+        unsigned c = *s;
+        if (c == '"' || c == '\\') {
+            char e[2] = { '\\', (char)c };
+            jput(&j, e, 2);
+        } else if (c == '\n') {
+            jput(&j, "\\n", 2);
+        } else if (c == '\t') {
+            jput(&j, "\\t", 2);
+        } else if (c == '\r') {
+            jput(&j, "\\r", 2);
+        } else if (c < 0x20 || c == 0x7f) {
+            char e[6] = { '\\', 'u', '0', '0', hex[c >> 4], hex[c & 15] };
+            jput(&j, e, 6);
+        } else {
+            size_t n = utf8_len(s, left);
+            if (n == 0) {
+                jput(&j, "\\ufffd", 6);
+                n = 1;
+            } else {
+                jput(&j, (const char *)s, n);
+            }
+            s += n;
+            left -= n;
+            continue;
+        }
+        s++;
+        left--;
+    }
+    jput(&j, "\"", 1);
+    jflush(&j);
+}
+
+static void str_or_empty(cs_out *o, const char *s)
+{
+    cs_json_string(o, s ? s : "");
+}
+
+static const char *base_name(const char *path)
+{
+    const char *s = path ? strrchr(path, '/') : NULL;
+    return s ? s + 1 : path;
+}
+
+void cs_json_begin(cs_json *j, cs_out *o)
+{
+    memset(j, 0, sizeof *j);
+    j->o = o;
+    cs_outf(o, "{\"tool\": \"capsan\", \"format\": 1, \"processes\": [");
+}
+
+static const char *ended_name(int how)
+{
+    switch (how) {
+    case CS_END_EXIT:
+    case CS_END_HALT:               /* halt_on_error exits the process */
+        return "exit";
+    case CS_END_SIGNAL:
+        return "signal";
+    default:
+        return "unknown";
+    }
+}
+
+void cs_json_process_begin(cs_json *j, const cs_json_proc *p)
+{
+    cs_out *o = j->o;
+    const cs_proc_info *pi = p->info;
+    cs_outf(o, "%s\n {\"pid\": %llu, \"ppid\": %llu, \"argv\": [", j->nproc ? "," : "",
+            (unsigned long long)pi->pid, (unsigned long long)pi->ppid);
+    for (unsigned i = 0; i < p->argc; i++) {
+        if (i)
+            cs_outf(o, ", ");
+        str_or_empty(o, p->argv[i]);
+    }
+    cs_outf(o, "], \"exe\": ");
+    str_or_empty(o, p->exe);
+    cs_outf(o, ", \"ended\": \"%s\", \"status\": %d, \"halted\": %s",
+            ended_name(pi->ended), pi->status, pi->ended == CS_END_HALT ? "true" : "false");
+    if (p->end_time_ns && p->end_time_ns >= pi->start_mono_ns)
+        cs_outf(o, ", \"duration_ns\": %llu",
+                (unsigned long long)(p->end_time_ns - pi->start_mono_ns));
+    cs_outf(o, ", \"trace\": ");
+    cs_json_string(o, p->trace);
+    cs_outf(o, ", \"error\": ");
+    cs_json_string(o, p->error);
+    cs_outf(o, ",\n  \"findings\": [");
+    j->nproc++;
+    j->nfind = 0;
+}
+
+static void json_frame(cs_out *o, const cs_frame_info *f)
+{
+    if (f->python) {
+        cs_outf(o, "{\"python\": true, \"file\": ");
+        str_or_empty(o, f->file);
+        cs_outf(o, ", \"line\": %u, \"function\": ", f->line);
+        str_or_empty(o, f->function);
+        cs_outf(o, "}");
+        return;
+    }
+    cs_outf(o, "{\"python\": false, \"module\": ");
+    str_or_empty(o, base_name(f->module));
+    cs_outf(o, ", \"address\": \"0x%llx\", \"function\": ", (unsigned long long)f->address);
+    str_or_empty(o, f->function);
+    cs_outf(o, ", \"file\": ");
+    str_or_empty(o, f->file);
+    cs_outf(o, ", \"line\": %u, \"module_path\": ", f->line);
+    str_or_empty(o, f->module);
+    cs_outf(o, ", \"offset\": \"0x%llx\", \"build_id\": ", (unsigned long long)f->offset);
+    str_or_empty(o, f->build_id);
+    cs_outf(o, ", \"inlined\": %s}", f->inlined ? "true" : "false");
+}
+
+void cs_json_finding(cs_json *j, const cs_proc_info *p, const cs_finding *f,
+                     const cs_stack_source *src)
+{
+    cs_out *o = j->o;
+    char msg[512];
+    cs_outf(o, "%s\n   {\"kind\": ", j->nfind ? "," : "");
+    str_or_empty(o, cs_kind_name(f->kind));
+    cs_outf(o, ", \"severity\": \"%s\", \"message\": ",
+            cs_kind_severity(f->kind) == CS_SEV_WARNING ? "warning" : "error");
+    cs_json_string(o, cs_finding_message(f, msg, sizeof msg));
+    cs_outf(o, ", \"object\": {\"type\": ");
+    str_or_empty(o, cs_finding_object_type(f));
+    cs_outf(o, ", \"address\": \"0x%llx\"}, \"bytes\": %llu, \"detail\": %u, \"events\": [",
+            (unsigned long long)f->obj, (unsigned long long)f->bytes, f->detail);
+
+    int nev = f->nevents < CS_FINDING_MAX_EVENTS ? f->nevents : CS_FINDING_MAX_EVENTS;
+    for (int i = 0; i < nev; i++) {
+        const cs_event *ev = &f->events[i];
+        /* times relative to the process start read better than raw
+         * CLOCK_MONOTONIC values */
+        uint64_t t = ev->time_ns;
+        if (p->start_mono_ns && t >= p->start_mono_ns)
+            t -= p->start_mono_ns;
+        cs_outf(o, "%s\n    {\"event\": ", i ? "," : "");
+        str_or_empty(o, cs_event_name(ev));
+        cs_outf(o, ", \"phrase\": ");
+        str_or_empty(o, cs_event_phrase(f, i));
+        cs_outf(o, ", \"thread\": %u, \"time_ns\": %llu, \"flags\": %u, \"stack\": [",
+                ev->thread, (unsigned long long)t, ev->flags);
+        cs_frame_info frames[JSON_MAX_FRAMES];
+        int n = src ? cs_stack_frames(src, ev->stack, frames, JSON_MAX_FRAMES) : 0;
+        for (int k = 0; k < n; k++) {
+            if (k)
+                cs_outf(o, ", ");
+            json_frame(o, &frames[k]);
+        }
+        cs_outf(o, "]}");
+    }
+    cs_outf(o, "]}");
+    j->nfind++;
+}
+
+void cs_json_process_end(cs_json *j, const cs_summary *s)
+{
+    cs_out *o = j->o;
+    cs_outf(o, "%s],\n  \"summary\": {\"errors\": %u, \"warnings\": %u, \"leaked_bytes\": %llu, "
+            "\"events\": %llu, \"leak_objects\": %u, \"suppressed\": %u, \"per_kind\": {",
+            j->nfind ? "\n  " : "", s->errors, s->warnings,
+            (unsigned long long)s->leaked_bytes, (unsigned long long)s->events,
+            s->leak_objects, s->suppressed);
+    int first = 1;
+    for (int k = 1; k < CS_KIND_COUNT; k++) {
+        if (!s->per_kind[k])
+            continue;
+        cs_outf(o, "%s", first ? "" : ", ");
+        str_or_empty(o, cs_kind_name(k));
+        cs_outf(o, ": %u", s->per_kind[k]);
+        first = 0;
+    }
+    cs_outf(o, "}}}");
+}
+
+void cs_json_end(cs_json *j)
+{
+    cs_outf(j->o, "%s]}\n", j->nproc ? "\n" : "");
+}

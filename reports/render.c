@@ -1,0 +1,261 @@
+/* Stack merging and LeakSanitizer-style text rendering (render.h).
+ *
+ * Also linked into libcapsan.so, so it stays a good guest: no stdio
+ * streams, no allocation, no locks; output goes through the cs_out sink
+ * and stack buffers are bounded. */
+#include "render.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+/* frames rendered per event: enough for 16 native frames with inlines and
+ * a deep Python stack, while keeping the stack use of a report small */
+#define RENDER_MAX_FRAMES 128
+#define NATIVE_MAX 16
+#define EVAL_FUNCTION "_PyEval_EvalFrameDefault"
+
+#define COLOR_ERROR "\033[1m\033[31m"
+#define COLOR_WARNING "\033[1m\033[35m"
+#define COLOR_RESET "\033[0m"
+
+void cs_outf(cs_out *o, const char *fmt, ...)
+{
+    char buf[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        return;
+    /* long strings go through out_str(); a cut here only loses the tail */
+    o->write(o->ud, buf, (size_t)n < sizeof buf ? (size_t)n : sizeof buf - 1);
+}
+
+static void out_str(cs_out *o, const char *s)
+{
+    if (s)
+        o->write(o->ud, s, strlen(s));
+}
+
+static const char *base_name(const char *path)
+{
+    const char *s = path ? strrchr(path, '/') : NULL;
+    return s ? s + 1 : path;
+}
+
+/* ---- stack merging ---------------------------------------------------- */
+
+static void python_frame(const cs_stack_source *src, uint64_t v, cs_frame_info *f)
+{
+    const char *file = NULL, *name = NULL;
+    memset(f, 0, sizeof *f);
+    f->python = 1;
+    if (src->code && src->code(src->ud, CS_FRAME_PY_CODE(v), &file, &name)) {
+        f->file = file;
+        f->function = name;
+    }
+    f->line = CS_FRAME_PY_LINE(v);
+}
+
+static int is_eval_frame(const cs_frame_info *nf, int k)
+{
+    for (int i = 0; i < k; i++)
+        if (nf[i].function && strcmp(nf[i].function, EVAL_FUNCTION) == 0)
+            return 1;
+    return 0;
+}
+
+int cs_stack_frames(const cs_stack_source *src, uint32_t stack,
+                    cs_frame_info *out, int max)
+{
+    uint64_t raw[CS_MAX_FRAMES];
+    int nraw = (stack && src->raw) ? src->raw(src->ud, stack, raw, CS_MAX_FRAMES) : 0;
+    if (nraw < 0)
+        nraw = 0;
+    if (nraw > CS_MAX_FRAMES)
+        nraw = CS_MAX_FRAMES;
+
+    int nnative = 0;
+    while (nnative < nraw && !CS_FRAME_IS_PY(raw[nnative]))
+        nnative++;
+    int py = nnative;               /* next Python frame to place */
+    int n = 0;
+
+    for (int i = 0; i < nnative && n < max; i++) {
+        cs_frame_info nf[NATIVE_MAX];
+        int k = src->native ? src->native(src->ud, raw[i], nf, NATIVE_MAX) : 0;
+        if (k <= 0) {
+            memset(nf, 0, sizeof nf[0]);
+            nf[0].address = raw[i];
+            k = 1;
+        }
+        if (k > NATIVE_MAX)
+            k = NATIVE_MAX;
+        if (py < nraw && is_eval_frame(nf, k)) {
+            /* this C-level evaluation ran the Python frames up to and
+             * including the next entry frame */
+            while (py < nraw && n < max) {
+                uint64_t v = raw[py++];
+                if (!CS_FRAME_IS_PY(v))
+                    continue;       /* a native value among Python ones: corrupt */
+                python_frame(src, v, &out[n++]);
+                if (CS_FRAME_PY_IS_ENTRY(v))
+                    break;
+            }
+            continue;
+        }
+        for (int j = 0; j < k && n < max; j++)
+            out[n++] = nf[j];
+    }
+    /* Python frames whose evaluation loop is beyond the native depth */
+    while (py < nraw && n < max) {
+        uint64_t v = raw[py++];
+        if (CS_FRAME_IS_PY(v))
+            python_frame(src, v, &out[n++]);
+    }
+    return n;
+}
+
+int cs_stack_python_top(const cs_stack_source *src, uint32_t stack, cs_frame_info *out)
+{
+    uint64_t raw[CS_MAX_FRAMES];
+    int nraw = (stack && src->raw) ? src->raw(src->ud, stack, raw, CS_MAX_FRAMES) : 0;
+    if (nraw > CS_MAX_FRAMES)
+        nraw = CS_MAX_FRAMES;
+    for (int i = 0; i < nraw; i++)
+        if (CS_FRAME_IS_PY(raw[i])) {
+            python_frame(src, raw[i], out);
+            return 1;
+        }
+    return 0;
+}
+
+/* ---- text ------------------------------------------------------------- */
+
+static void render_frame(cs_out *o, int k, const cs_frame_info *f)
+{
+    if (f->python) {
+        cs_outf(o, "    #%d ", k);
+        out_str(o, f->file ? f->file : "<unknown>");
+        if (f->line)
+            cs_outf(o, ":%u", f->line);
+        out_str(o, " in ");
+        out_str(o, f->function ? f->function : "<unknown>");
+        out_str(o, "\n");
+        return;
+    }
+    cs_outf(o, "    #%d 0x%llx", k, (unsigned long long)f->address);
+    if (f->function) {
+        out_str(o, " in ");
+        out_str(o, f->function);
+        if (f->file) {
+            out_str(o, " ");
+            out_str(o, f->file);
+            if (f->line)
+                cs_outf(o, ":%u", f->line);
+        } else if (f->module) {
+            out_str(o, " (");
+            out_str(o, base_name(f->module));
+            cs_outf(o, "+0x%llx)", (unsigned long long)f->offset);
+        }
+    } else if (f->module) {
+        /* the full path and build id let offline tools finish the job */
+        out_str(o, " (");
+        out_str(o, f->module);
+        cs_outf(o, "+0x%llx)", (unsigned long long)f->offset);
+        if (f->build_id) {
+            out_str(o, " (BuildId: ");
+            out_str(o, f->build_id);
+            out_str(o, ")");
+        }
+    } else {
+        out_str(o, " (<unknown module>)");
+    }
+    out_str(o, "\n");
+}
+
+void cs_render_text_finding(cs_out *o, const cs_proc_info *p,
+                            const cs_finding *f, const cs_stack_source *src)
+{
+    char msg[512];
+    int error = cs_kind_severity(f->kind) != CS_SEV_WARNING;
+    const char *kind = cs_kind_name(f->kind);
+
+    out_str(o, "=================================================================\n");
+    cs_outf(o, "==%llu==", (unsigned long long)p->pid);
+    if (o->color)
+        out_str(o, error ? COLOR_ERROR : COLOR_WARNING);
+    out_str(o, error ? "ERROR: capsan: " : "WARNING: capsan: ");
+    out_str(o, kind ? kind : "unknown");
+    out_str(o, ": ");
+    out_str(o, cs_finding_message(f, msg, sizeof msg));
+    if (o->color)
+        out_str(o, COLOR_RESET);
+    out_str(o, "\n");
+
+    int nev = f->nevents < CS_FINDING_MAX_EVENTS ? f->nevents : CS_FINDING_MAX_EVENTS;
+    for (int i = 0; i < nev; i++) {
+        const cs_event *ev = &f->events[i];
+        const char *phrase = cs_event_phrase(f, i);
+        out_str(o, "  ");
+        if (phrase) {
+            out_str(o, phrase);
+        } else {
+            out_str(o, cs_event_name(ev));
+            out_str(o, " at");
+        }
+        cs_outf(o, " (thread T%u):\n", ev->thread);
+
+        cs_frame_info frames[RENDER_MAX_FRAMES];
+        int n = src ? cs_stack_frames(src, ev->stack, frames, RENDER_MAX_FRAMES) : 0;
+        if (n == 0)
+            out_str(o, "    <no stack recorded>\n");
+        for (int k = 0; k < n; k++)
+            render_frame(o, k, &frames[k]);
+    }
+    out_str(o, "\n");
+}
+
+static int is_leak_kind(int kind)
+{
+    const char *name = cs_kind_name(kind);
+    size_t n = name ? strlen(name) : 0;
+    return n >= 5 && strcmp(name + n - 5, "-leak") == 0;
+}
+
+void cs_summary_add(cs_summary *s, const cs_finding *f)
+{
+    if (cs_kind_severity(f->kind) == CS_SEV_WARNING)
+        s->warnings++;
+    else
+        s->errors++;
+    if (f->kind < CS_KIND_COUNT)
+        s->per_kind[f->kind]++;
+    if (is_leak_kind(f->kind)) {
+        s->leaked_bytes += f->bytes;
+        s->leak_objects++;
+    }
+}
+
+void cs_render_text_summary(cs_out *o, const cs_proc_info *p, const cs_summary *s)
+{
+    (void)p;                        /* one line per process; the header names it */
+    cs_outf(o, "SUMMARY: capsan: %u error(s), %u warning(s)", s->errors, s->warnings);
+    int first = 1;
+    for (int k = 1; k < CS_KIND_COUNT; k++) {
+        if (!s->per_kind[k])
+            continue;
+        out_str(o, first ? " [" : ", ");
+        out_str(o, cs_kind_name(k));
+        cs_outf(o, ": %u", s->per_kind[k]);
+        first = 0;
+    }
+    if (!first)
+        out_str(o, "]");
+    cs_outf(o, "; %llu byte(s) leaked in %u object(s).",
+            (unsigned long long)s->leaked_bytes, s->leak_objects);
+    if (s->suppressed)
+        cs_outf(o, " %u suppressed.", s->suppressed);
+    out_str(o, "\n");
+}
