@@ -2,6 +2,7 @@
  * stripe lock) and printed right after, LeakSanitizer style, so a report
  * is on stderr before the bug it describes can crash the process. */
 #include <dlfcn.h>
+#include <link.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -54,11 +55,13 @@ static int src_native(void *ud, uint64_t ip, cs_frame_info *out, int max)
     (void)ud;
     (void)max;
     Dl_info di;
+    struct link_map *lm = NULL;
     memset(out, 0, sizeof *out);
     out->address = ip;
-    if (ip && dladdr((void *)(uintptr_t)(ip - 1), &di)) {
+    if (ip && dladdr1((void *)(uintptr_t)(ip - 1), &di, (void **)&lm, RTLD_DL_LINKMAP)) {
         out->module = di.dli_fname;
-        out->offset = ip - (uint64_t)(uintptr_t)di.dli_fbase;
+        /* relative to the load bias, as the offline report and addr2line */
+        out->offset = ip - (lm ? (uint64_t)lm->l_addr : (uint64_t)(uintptr_t)di.dli_fbase);
         out->function = di.dli_sname;
     }
     return 1;

@@ -70,6 +70,7 @@ typedef struct stripe {
     obj *tab;
     size_t cap, used;
     tomb fifo[TOMB_PER_STRIPE];
+    cs_event *free_hist;   /* recycled history blocks (first word links them) */
     unsigned fifo_head, fifo_len;
     char pad[64];
 } stripe;
@@ -118,6 +119,11 @@ void cs_lc_destroy(cs_lifecycle *lc)
         stripe *st = &lc->s[i];
         for (size_t j = 0; j < st->cap; j++)
             free(st->tab[j].hist);
+        while (st->free_hist) {
+            cs_event *h = st->free_hist;
+            st->free_hist = *(cs_event **)h;
+            free(h);
+        }
         free(st->tab);
         pthread_mutex_destroy(&st->mu);
     }
@@ -201,11 +207,19 @@ static obj *insert(stripe *st, uint64_t key, int ns)
     return o;
 }
 
+static void hist_release(stripe *st, cs_event *h)
+{
+    if (!h)
+        return;
+    *(cs_event **)h = st->free_hist;
+    st->free_hist = h;
+}
+
 static void erase(stripe *st, obj *o)
 {
     size_t m = st->cap - 1;
     size_t i = (size_t)(o - st->tab);
-    free(o->hist);
+    hist_release(st, o->hist);
     for (size_t j = (i + 1) & m;; j = (j + 1) & m) {
         obj *n = &st->tab[j];
         if (!n->key)
@@ -223,13 +237,16 @@ static void erase(stripe *st, obj *o)
 
 /* ---- object history ---- */
 
-static void hist_add(obj *o, const cs_event *ev)
+static void hist_add(stripe *st, obj *o, const cs_event *ev)
 {
     enum { CAP = CS_FINDING_MAX_EVENTS - 1 };
     if (!o->hist) {
-        o->hist = malloc(CAP * sizeof *o->hist);
-        if (!o->hist)
+        if (st->free_hist) {
+            o->hist = st->free_hist;
+            st->free_hist = *(cs_event **)o->hist;
+        } else if (!(o->hist = malloc(CAP * sizeof *o->hist))) {
             return;
+        }
     }
     if (o->nhist < CAP) {
         o->hist[o->nhist++] = *ev;
@@ -311,7 +328,7 @@ static unsigned dlpack_event(cs_lifecycle *lc, stripe *st, const cs_event *ev)
     case CS_EV_EXPORT:
         if (o && (o->state == CS_ST_CREATED || o->state == CS_ST_CONSUMED)) {
             /* the same live struct in a second capsule: judge the newest */
-            hist_add(o, ev);
+            hist_add(st, o, ev);
             o->capsule = ev->a;
             o->flags &= (uint8_t)~(OF_CAPSULE_DEAD | OF_CAPSULE_USED);
             return 0;
@@ -323,7 +340,7 @@ static unsigned dlpack_event(cs_lifecycle *lc, stripe *st, const cs_event *ev)
         o->bytes = ev->c;
         if (ev->aux & CS_DLV_VERSIONED)
             o->flags |= OF_VERSIONED;
-        hist_add(o, ev);
+        hist_add(st, o, ev);
         if (ev->flags & CS_EVF_NULL_DELETER)
             report(lc, CS_KIND_DLPACK_NULL_DELETER, o, NULL, 0, 0);
         return 0;
@@ -339,7 +356,7 @@ static unsigned dlpack_event(cs_lifecycle *lc, stripe *st, const cs_event *ev)
 
     case CS_EV_OWN:
         if (o && o->state != CS_ST_RELEASED)
-            hist_add(o, ev);
+            hist_add(st, o, ev);
         return 0;
 
     case CS_EV_CONSUME:
@@ -349,12 +366,12 @@ static unsigned dlpack_event(cs_lifecycle *lc, stripe *st, const cs_event *ev)
             o->state = CS_ST_CONSUMED;
             if (ev->a == o->capsule)
                 o->flags |= OF_CAPSULE_USED;
-            hist_add(o, ev);
+            hist_add(st, o, ev);
             if (ev->flags & CS_EVF_OFFSET_IGNORED)
                 report(lc, CS_KIND_DLPACK_BYTE_OFFSET_IGNORED, o, NULL, 0, ev->c);
         } else {
             report(lc, CS_KIND_DLPACK_RECONSUME, o, ev, o->state, 0);
-            hist_add(o, ev);
+            hist_add(st, o, ev);
         }
         return 0;
 
@@ -367,7 +384,7 @@ static unsigned dlpack_event(cs_lifecycle *lc, stripe *st, const cs_event *ev)
             if (o->state == CS_ST_RELEASED && (o->flags & OF_NOT_RENAMED))
                 return 0; /* the unrenamed capsule: already explained */
             report(lc, CS_KIND_DLPACK_RECONSUME, o, ev, o->state, 0);
-            hist_add(o, ev);
+            hist_add(st, o, ev);
         }
         return 0;
 
@@ -377,7 +394,7 @@ static unsigned dlpack_event(cs_lifecycle *lc, stripe *st, const cs_event *ev)
         int in_own_dtor = (ev->flags & CS_EVF_IN_DTOR) && ev->a == o->capsule;
         switch (o->state) {
         case CS_ST_CREATED:
-            hist_add(o, ev);
+            hist_add(st, o, ev);
             if (!in_own_dtor && !(o->flags & OF_CAPSULE_DEAD)) {
                 /* the capsule still says "dltensor": its destructor will
                  * run the deleter again (R8) */
@@ -393,17 +410,17 @@ static unsigned dlpack_event(cs_lifecycle *lc, stripe *st, const cs_event *ev)
                     o->flags |= OF_UNCHECKED;
                     report(lc, CS_KIND_DLPACK_UNCHECKED_DESTRUCTOR, o, ev, 0, 0);
                 }
-                hist_add(o, ev);
+                hist_add(st, o, ev);
                 return CS_VERDICT_SKIP;
             }
-            hist_add(o, ev);
+            hist_add(st, o, ev);
             entomb(st, o);
             return 0;
         case CS_ST_RELEASED:
             verdict = CS_VERDICT_SKIP;
             if ((o->flags & OF_NOT_RENAMED) && in_own_dtor) {
                 /* the double delete that dlpack-not-renamed predicted */
-                hist_add(o, ev);
+                hist_add(st, o, ev);
                 return verdict;
             }
             if (in_own_dtor && (o->flags & OF_CAPSULE_USED)) {
@@ -411,11 +428,11 @@ static unsigned dlpack_event(cs_lifecycle *lc, stripe *st, const cs_event *ev)
                     o->flags |= OF_UNCHECKED;
                     report(lc, CS_KIND_DLPACK_UNCHECKED_DESTRUCTOR, o, ev, 0, 0);
                 }
-                hist_add(o, ev);
+                hist_add(st, o, ev);
                 return verdict;
             }
             report(lc, CS_KIND_DLPACK_DOUBLE_DELETE, o, ev, 0, 0);
-            hist_add(o, ev);
+            hist_add(st, o, ev);
             return verdict;
         }
         return 0;
@@ -427,7 +444,7 @@ static unsigned dlpack_event(cs_lifecycle *lc, stripe *st, const cs_event *ev)
         o->flags |= OF_CAPSULE_DEAD;
         if (o->state == CS_ST_CREATED && !(o->flags & OF_LEAK_REPORTED)) {
             /* R3: an unconsumed capsule died and nobody released the tensor */
-            hist_add(o, ev);
+            hist_add(st, o, ev);
             o->flags |= OF_LEAK_REPORTED;
             report(lc, CS_KIND_DLPACK_LEAK, o, NULL,
                    ev->extra ? CS_LEAK_NULL_DESTRUCTOR : CS_LEAK_DESTROYED, 0);
@@ -451,14 +468,14 @@ static unsigned numpy_event(cs_lifecycle *lc, stripe *st, const cs_event *ev)
             return 0;
         reset(lc, o);
         o->bytes = ev->a;
-        hist_add(o, ev);
+        hist_add(st, o, ev);
         return 0;
     case CS_EV_NP_FREE:
         if (!ev->obj)
             return 0; /* R29: free(NULL, n) from sort is legal */
         o = find(st, ev->obj, CS_NS_NUMPY);
         if (o && o->state == CS_ST_CREATED) {
-            hist_add(o, ev);
+            hist_add(st, o, ev);
             entomb(st, o);
         } else if (o && o->state == CS_ST_RELEASED) {
             report(lc, CS_KIND_NUMPY_DOUBLE_FREE, o, ev, 0, 0);

@@ -382,12 +382,10 @@ uint32_t cs_stack_capture(cs_thread *t, int gil)
     if (nd > 0 && unw_bt) {
         void *ips[128 + 16];
         int got = unw_bt(ips, nd + 8);
-        int skip = 0;
-        /* drop capsan's own frames: the stack starts at the hooked call */
-        while (skip < got && (uintptr_t)ips[skip] >= self_lo && (uintptr_t)ips[skip] < self_hi)
-            skip++;
-        for (int i = skip; i < got && n < nd; i++)
-            vals[n++] = (uint64_t)(uintptr_t)ips[i] & ~CS_FRAME_PY;
+        /* drop capsan's own frames: the hook on top, main_wrap at the bottom */
+        for (int i = 0; i < got && n < nd; i++)
+            if ((uintptr_t)ips[i] < self_lo || (uintptr_t)ips[i] >= self_hi)
+                vals[n++] = (uint64_t)(uintptr_t)ips[i] & ~CS_FRAME_PY;
     }
     if (pd > 0)
         n += python_frames(t->cache, vals + n, pd);

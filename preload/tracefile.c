@@ -1,6 +1,7 @@
 /* Trace file writer (see tracefile.h and reports/FORMAT.md). */
 #include "tracefile.h"
 
+#include <emmintrin.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -50,10 +51,13 @@ static int map_chunk(uint32_t k)
         return 0;
     if (ftruncate(fd, (off_t)(k + 1) * CHUNK) != 0)
         return -1;
-    void *m = mmap(NULL, CHUNK, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd,
-                   (off_t)k * CHUNK);
+    void *m = mmap(NULL, CHUNK, PROT_READ | PROT_WRITE, MAP_SHARED, fd, (off_t)k * CHUNK);
     if (m == MAP_FAILED)
         return -1;
+    /* MAP_POPULATE read-faults a shared mapping, so every first write would
+     * still fault: populate for writing in bulk, ahead of the writers
+     * (Linux >= 5.14; older kernels just take the faults) */
+    madvise(m, CHUNK, 23 /* MADV_POPULATE_WRITE */);
     atomic_store(&chunks[k], (char *)m);
     if (k + 1 > atomic_load(&mapped_upto))
         atomic_store(&mapped_upto, k + 1);
@@ -135,10 +139,9 @@ static char *chunk_ptr(uint32_t k)
     return rc == 0 ? atomic_load(&chunks[k]) : NULL;
 }
 
-void *cs_trace_begin(uint16_t type, size_t payload, cs_rec **hdr_out)
+/* Reserve `size` bytes (a multiple of 64) of the file; NULL if unusable. */
+static char *reserve(size_t size)
 {
-    (void)type;
-    size_t size = (sizeof(cs_rec) + payload + 7) & ~(size_t)7;
     if (size > CHUNK / 2 || ensure_open() != 0)
         return NULL;
     for (;;) {
@@ -162,12 +165,23 @@ void *cs_trace_begin(uint16_t type, size_t payload, cs_rec **hdr_out)
         if (off % CHUNK >= CHUNK / 2 && atomic_load(&mapped_upto) == k + 1 &&
             k + 1 < MAX_CHUNKS)
             chunk_ptr((uint32_t)k + 1);
-        cs_rec *r = (cs_rec *)(c + off % CHUNK);
-        r->flags = 0;
-        r->size = (uint32_t)size;
-        *hdr_out = r;
-        return r + 1;
+        return c + off % CHUNK;
     }
+}
+
+void *cs_trace_begin(uint16_t type, size_t payload, cs_rec **hdr_out)
+{
+    (void)type;
+    /* every record is whole cache lines: events are exactly one, written
+     * with non-temporal stores (see cs_trace_write) */
+    size_t size = (sizeof(cs_rec) + payload + 63) & ~(size_t)63;
+    cs_rec *r = (cs_rec *)reserve(size);
+    if (!r)
+        return NULL;
+    r->flags = 0;
+    r->size = (uint32_t)size;
+    *hdr_out = r;
+    return r + 1;
 }
 
 void cs_trace_commit(cs_rec *hdr, uint16_t type)
@@ -179,6 +193,25 @@ void cs_trace_commit(cs_rec *hdr, uint16_t type)
 int cs_trace_write(uint16_t type, const void *payload, size_t n)
 {
     cs_rec *h;
+    if (n == 64 - sizeof(cs_rec)) {
+        /* one cache line (events): streaming stores skip the read-for-
+         * ownership of a line nobody will read again; the header half goes
+         * last, so a record cut short reads as the end of the data */
+        h = (cs_rec *)reserve(64);
+        if (!h)
+            return -1;
+        __attribute__((aligned(16))) unsigned char line[64];
+        cs_rec hdr = {.type = type, .flags = 0, .size = 64};
+        memcpy(line, &hdr, sizeof hdr);
+        memcpy(line + sizeof hdr, payload, n);
+        __m128i *dst = (__m128i *)h;
+        const __m128i *src = (const __m128i *)line;
+        _mm_stream_si128(dst + 3, _mm_load_si128(src + 3));
+        _mm_stream_si128(dst + 2, _mm_load_si128(src + 2));
+        _mm_stream_si128(dst + 1, _mm_load_si128(src + 1));
+        _mm_stream_si128(dst, _mm_load_si128(src));
+        return 0;
+    }
     void *p = cs_trace_begin(type, n, &h);
     if (!p)
         return -1;

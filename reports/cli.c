@@ -414,6 +414,9 @@ static void text_header(report_ctx *c)
     case CS_END_HALT:
         cs_outf(o, "halted on error, exit %d ==\n", c->pi.status);
         break;
+    case CS_END_QUICK_EXIT:
+        cs_outf(o, "_exit %d (no leak check) ==\n", c->pi.status);
+        break;
     case CS_END_SIGNAL: {
         const char *name = sigabbrev_np(c->pi.status);
         if (name)

@@ -128,6 +128,7 @@ static const char *ended_name(int how)
 {
     switch (how) {
     case CS_END_EXIT:
+    case CS_END_QUICK_EXIT:         /* _exit(): no leak check, still an exit */
     case CS_END_HALT:               /* halt_on_error exits the process */
         return "exit";
     case CS_END_SIGNAL:

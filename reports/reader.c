@@ -16,7 +16,7 @@
 
 /* Drop pages behind the cursor every so often: the mapping is clean and
  * file-backed, so this only keeps the resident size flat on huge traces. */
-#define CS_RELEASE_CHUNK (256u << 20)
+#define CS_RELEASE_CHUNK (16u << 20)
 
 typedef struct frame_slot {
     uint32_t id;              /* 0 = empty slot (node 0 is never stored) */

@@ -262,6 +262,48 @@ static void call_site(cs_symbolizer *s, Dwarf_Die *die, const char **file, uint3
     }
 }
 
+/* The subprogram and inlined-subroutine DIEs containing pc, outermost
+ * first, appended to chain. dwarf_getscopes() gives up on some LTO units
+ * ("no address value"), so walk the unit ourselves: descend into the one
+ * child scope that holds pc; namespaces hold no addresses but may hold
+ * functions (class members are defined outside their class). Returns 1
+ * once pc's innermost scope was reached. */
+#define SCOPE_MAX 64
+static int pc_scopes(Dwarf_Die *parent, Dwarf_Addr pc, Dwarf_Die *chain, int *n, int depth)
+{
+    Dwarf_Die die;
+    if (depth > SCOPE_MAX || dwarf_child(parent, &die) != 0)
+        return 0;
+    do {
+        switch (dwarf_tag(&die)) {
+        case DW_TAG_subprogram:
+        case DW_TAG_inlined_subroutine:
+            if (dwarf_haspc(&die, pc) > 0) {
+                if (*n < SCOPE_MAX)
+                    chain[(*n)++] = die;
+                pc_scopes(&die, pc, chain, n, depth + 1);
+                return 1;
+            }
+            break;
+        case DW_TAG_lexical_block:
+        case DW_TAG_try_block:
+        case DW_TAG_catch_block:
+            if (dwarf_haspc(&die, pc) > 0) {
+                pc_scopes(&die, pc, chain, n, depth + 1);
+                return 1;
+            }
+            break;
+        case DW_TAG_namespace:
+            if (pc_scopes(&die, pc, chain, n, depth + 1))
+                return 1;
+            break;
+        default:
+            break;
+        }
+    } while (dwarf_siblingof(&die, &die) == 0);
+    return 0;
+}
+
 /* Fills frames for an address inside an opened module. */
 static int describe(cs_symbolizer *s, sym_mod *m, uint64_t ip, cs_frame_info *out, int max)
 {
@@ -270,6 +312,14 @@ static int describe(cs_symbolizer *s, sym_mod *m, uint64_t ip, cs_frame_info *ou
     GElf_Off symoff;
     GElf_Sym sym;
     const char *symname = dwfl_module_addrinfo(m->mod, pc, &symoff, &sym, NULL, NULL, NULL);
+    char unversioned[512];
+    const char *at = symname ? strchr(symname, '@') : NULL;
+    if (at && (size_t)(at - symname) < sizeof unversioned) {
+        /* "__libc_start_main@@GLIBC_2.34": the version is linker detail */
+        memcpy(unversioned, symname, (size_t)(at - symname));
+        unversioned[at - symname] = 0;
+        symname = unversioned;
+    }
     const char *func = pretty_name(s, symname);
 
     const char *file = NULL;
@@ -285,29 +335,29 @@ static int describe(cs_symbolizer *s, sym_mod *m, uint64_t ip, cs_frame_info *ou
     int n = 0, done = 0;
     Dwarf_Addr bias;
     Dwarf_Die *cu = dwfl_module_addrdie(m->mod, pc, &bias);
-    Dwarf_Die *scopes = NULL;
-    int ns = cu ? dwarf_getscopes(cu, pc - bias, &scopes) : 0;
+    Dwarf_Die chain[SCOPE_MAX];
+    int ns = 0;
+    if (cu)
+        pc_scopes(cu, pc - bias, chain, &ns, 0);
     const char *cur_file = file;
     uint32_t cur_line = line > 0 ? (uint32_t)line : 0;
-    for (int i = 0; i < ns && n < max && !done; i++) {
-        int tag = dwarf_tag(&scopes[i]);
-        if (tag != DW_TAG_inlined_subroutine && tag != DW_TAG_subprogram)
-            continue;
+    /* innermost first: each inlined call's site is its caller's line */
+    for (int i = ns - 1; i >= 0 && n < max && !done; i--) {
+        int tag = dwarf_tag(&chain[i]);
         cs_frame_info f = base;
         f.file = cur_file;
         f.line = cur_line;
         if (tag == DW_TAG_inlined_subroutine) {
-            f.function = die_name(s, &scopes[i]);
+            f.function = die_name(s, &chain[i]);
             f.inlined = 1;
-            call_site(s, &scopes[i], &cur_file, &cur_line);
+            call_site(s, &chain[i], &cur_file, &cur_line);
         } else {
             /* the symbol table's name agrees with what a linker sees */
-            f.function = func ? func : die_name(s, &scopes[i]);
+            f.function = func ? func : die_name(s, &chain[i]);
             done = 1;
         }
         out[n++] = f;
     }
-    free(scopes);
     if (!done) {
         cs_frame_info f = base;
         f.function = func;

@@ -1,0 +1,17 @@
+"""W2: numpy <-> torch DLPack round trips. Prints the loop's own time (the
+import of torch is not part of what capsan should be judged on)."""
+import sys
+import time
+
+import numpy as np
+import torch
+
+n = int(sys.argv[1]) if len(sys.argv) > 1 else 100000
+a = np.arange(16, dtype=np.float32)
+t = torch.arange(16, dtype=torch.float32)
+t0 = time.perf_counter()
+for _ in range(n // 2):
+    x = torch.from_dlpack(a)    # numpy -> torch
+    y = np.from_dlpack(t)       # torch -> numpy
+    del x, y
+print(time.perf_counter() - t0)

@@ -1,0 +1,327 @@
+"""Shared helpers for capsan's pytest suites.
+
+Everything runs as subprocesses against the artefacts `make` builds into
+build/: the runtime (build/lib/libcapsan.so), the CLI (build/bin/capsan), the
+fixture extensions (build/tests/*.so, importable with build/tests on
+PYTHONPATH) and the shared-libpython interpreter (build/tests/pyshared).
+
+    res = run_capsan(SCENARIOS / "dl_leak.py", tmp_path, args=["consumed"])
+    rc, stderr, report = res          # also res.stdout, res.traces, res.cmd
+
+Tests import the helpers with `from conftest import ...` (pytest puts this
+directory on sys.path).
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import resource
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+TESTS = Path(__file__).resolve().parent
+ROOT = TESTS.parent
+BUILD = ROOT / "build"
+CAPSAN = BUILD / "bin" / "capsan"
+LIBCAPSAN = BUILD / "lib" / "libcapsan.so"
+FIXDIR = BUILD / "tests"
+PYSHARED = FIXDIR / "pyshared"
+STATIC_PY = Path("/usr/bin/python3")  # Debian's python3.11, libpython linked statically
+SCENARIOS = TESTS / "scenarios"
+KINDS_INC = ROOT / "preload" / "kinds.inc"
+OPTIONS_INC = ROOT / "preload" / "options.inc"
+
+DEFAULT_EXITCODE = 23
+TIMEOUT = 120
+
+# The two interpreter builds capsan must serve (DESIGN.md, "Facts").
+INTERPRETERS = {"static": STATIC_PY, "shared": PYSHARED}
+
+
+def require(*paths: Path) -> None:
+    """Fail (never skip) when a build artefact is missing."""
+    missing = [str(p) for p in paths if not Path(p).exists()]
+    if missing:
+        pytest.fail(
+            "capsan build artefact(s) missing: " + ", ".join(missing)
+            + " -- run `make && make fixtures` in " + str(ROOT),
+            pytrace=False,
+        )
+
+
+def require_fixtures() -> None:
+    require(FIXDIR / "dlproducer.so", FIXDIR / "dlconsumer.so", PYSHARED)
+
+
+def require_runtime() -> None:
+    require(CAPSAN, LIBCAPSAN)
+    require_fixtures()
+
+
+def contract_kinds() -> list[tuple[str, str]]:
+    """(name, severity) of every KIND(...) in preload/kinds.inc."""
+    text = KINDS_INC.read_text()
+    out = []
+    for m in re.finditer(r'KIND\(\s*\w+\s*,\s*"([^"]+)"\s*,\s*CS_SEV_(\w+)', text):
+        out.append((m.group(1), m.group(2).lower()))
+    assert out, "no KIND() lines parsed from kinds.inc"
+    return out
+
+
+def contract_options() -> list[str]:
+    """Every option name in preload/options.inc."""
+    names = re.findall(r"^OPT\(\s*\w+\s*,\s*(\w+)\s*,", OPTIONS_INC.read_text(), re.M)
+    assert names, "no OPT() lines parsed from options.inc"
+    return names
+
+
+def marker_line(script: Path, tag: str) -> int:
+    """Line number of the unique line carrying the comment `# <-- tag`."""
+    pat = re.compile(r"#\s*<--\s*" + re.escape(tag) + r"\s*$")
+    hits = [i for i, line in enumerate(Path(script).read_text().splitlines(), 1)
+            if pat.search(line)]
+    assert len(hits) == 1, f"marker '# <-- {tag}' found {len(hits)} times in {script}"
+    return hits[0]
+
+
+def is_signal(rc: int, sig: int) -> bool:
+    """A death by `sig`, seen directly (-sig) or through a shell/launcher (128+sig)."""
+    return rc in (-sig, 128 + sig)
+
+
+def no_core():
+    """preexec_fn: crashing scenarios must not leave core files behind."""
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+
+def base_env(extra: dict | None = None) -> dict:
+    env = dict(os.environ)
+    for k in ("LD_PRELOAD", "CAPSAN_OPTIONS", "PYTHONHOME", "PYTHONSTARTUP"):
+        env.pop(k, None)
+    env["PYTHONPATH"] = str(FIXDIR)
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    env["OMP_NUM_THREADS"] = "1"  # keep torch from spawning a thread pool per process
+    if extra:
+        env.update(extra)
+    return env
+
+
+@dataclass
+class Result:
+    returncode: int
+    stdout: str
+    stderr: str
+    report: dict | None
+    traces: list = field(default_factory=list)
+    cmd: list = field(default_factory=list)
+    report_stderr: str = ""
+
+    def __iter__(self):  # rc, stderr, report = run_capsan(...)
+        return iter((self.returncode, self.stderr, self.report))
+
+    def describe(self) -> str:
+        return (f"command: {' '.join(map(str, self.cmd))}\nreturncode: {self.returncode}\n"
+                f"--- stdout ---\n{self.stdout[-3000:]}\n--- stderr ---\n{self.stderr[-6000:]}\n"
+                f"--- report stderr ---\n{self.report_stderr[-2000:]}\n"
+                f"--- findings ---\n{summarize(self.report)}")
+
+
+def trace_files(tmp: Path, prefix: str = "t") -> list[Path]:
+    """Trace files log_path.PID (not log_path.PID.json or other siblings)."""
+    pat = re.compile(re.escape(prefix) + r"\.\d+")
+    return sorted(p for p in Path(tmp).iterdir() if pat.fullmatch(p.name))
+
+
+def capsan_report(traces, fmt: str = "json", extra_args=()):
+    """Run `capsan report --format FMT TRACE...`; return (CompletedProcess, parsed or None)."""
+    require(CAPSAN)
+    cmd = [str(CAPSAN), "report", "--format", fmt, *map(str, extra_args), *map(str, traces)]
+    cp = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT)
+    parsed = None
+    if fmt == "json":
+        assert cp.returncode == 0, f"`{' '.join(cmd)}` failed ({cp.returncode}):\n{cp.stderr}"
+        try:
+            parsed = json.loads(cp.stdout)
+        except json.JSONDecodeError as e:
+            raise AssertionError(f"capsan report did not print JSON ({e}):\n{cp.stdout[:2000]}")
+        check_schema(parsed)
+    return cp, parsed
+
+
+def run_capsan(script, tmp: Path, *, options=None, interpreter=STATIC_PY, mode: str = "run",
+               args=(), env=None, timeout: int = TIMEOUT, stdin=None) -> Result:
+    """Run a Python script (a Path, or source code as a str) under capsan.
+
+    mode="run":     build/bin/capsan run --log-path TMP/t -- INTERP SCRIPT ARGS
+                    (options go through CAPSAN_OPTIONS)
+    mode="preload": LD_PRELOAD=build/lib/libcapsan.so CAPSAN_OPTIONS=log_path=TMP/t:OPTIONS
+    Then every trace TMP/t.PID is replayed by `capsan report --format json`.
+    """
+    require_runtime()
+    require(Path(interpreter))
+    tmp = Path(tmp)
+    tmp.mkdir(parents=True, exist_ok=True)
+    if isinstance(script, str):
+        n = len(list(tmp.glob("prog_*.py")))
+        path = tmp / f"prog_{n}.py"
+        path.write_text(script)
+        script = path
+    script = Path(script)
+    prefix = tmp / "t"
+    opts = list(options or [])
+    if isinstance(options, str):
+        opts = [options] if options else []
+    e = base_env(env)
+    argv = [str(interpreter), str(script), *map(str, args)]
+    if mode == "run":
+        cmd = [str(CAPSAN), "run", "--log-path", str(prefix), "--", *argv]
+        if opts:
+            e["CAPSAN_OPTIONS"] = ":".join(opts)
+    elif mode == "preload":
+        cmd = argv
+        e["LD_PRELOAD"] = str(LIBCAPSAN)
+        e["CAPSAN_OPTIONS"] = ":".join([f"log_path={prefix}", *opts])
+    else:
+        raise ValueError(mode)
+    cp = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=e,
+                        stdin=stdin if stdin is not None else subprocess.DEVNULL,
+                        preexec_fn=no_core)
+    traces = trace_files(tmp)
+    report, rep_err = None, ""
+    if traces:
+        rcp, report = capsan_report(traces)
+        rep_err = rcp.stderr
+    return Result(cp.returncode, cp.stdout, cp.stderr, report, traces, cmd, rep_err)
+
+
+def run_plain(script, *, interpreter=STATIC_PY, args=(), env=None, timeout: int = TIMEOUT):
+    """The same script without capsan (for comparisons)."""
+    require_fixtures()
+    return subprocess.run([str(interpreter), str(script), *map(str, args)], capture_output=True,
+                          text=True, timeout=timeout, env=base_env(env),
+                          stdin=subprocess.DEVNULL, preexec_fn=no_core)
+
+
+# ---- the JSON report ----
+
+def check_schema(rep: dict) -> None:
+    """The fields DESIGN.md says must exist."""
+    assert rep.get("tool") == "capsan", rep.get("tool")
+    assert rep.get("format") == 1, rep.get("format")
+    assert isinstance(rep.get("processes"), list)
+    for p in rep["processes"]:
+        for k in ("pid", "ppid", "argv", "ended", "status", "findings", "summary"):
+            assert k in p, f"process lacks {k!r}: {sorted(p)}"
+        assert p["ended"] in ("exit", "signal", "unknown", "halt"), p["ended"]
+        for k in ("errors", "warnings", "leaked_bytes", "events"):
+            assert k in p["summary"], f"summary lacks {k!r}"
+        for f in p["findings"]:
+            for k in ("kind", "severity", "message", "object", "bytes", "events"):
+                assert k in f, f"finding lacks {k!r}: {f}"
+            assert f["severity"] in ("error", "warning"), f["severity"]
+            assert {"type", "address"} <= set(f["object"]), f["object"]
+            for ev in f["events"]:
+                for k in ("event", "thread", "time_ns", "stack"):
+                    assert k in ev, f"event lacks {k!r}: {ev}"
+                for fr in ev["stack"]:
+                    assert "python" in fr, fr
+                    if fr["python"]:
+                        assert {"file", "line", "function"} <= set(fr), fr
+
+
+def findings(report: dict | None, kind: str | None = None, severity: str | None = None) -> list:
+    if not report:
+        return []
+    out = []
+    for p in report["processes"]:
+        for f in p["findings"]:
+            if (kind is None or f["kind"] == kind) and (severity is None or f["severity"] == severity):
+                out.append(f)
+    return out
+
+
+def kinds(report) -> set:
+    return {f["kind"] for f in findings(report)}
+
+
+def summarize(report) -> str:
+    if not report:
+        return "(no report: no trace file)"
+    lines = []
+    for p in report["processes"]:
+        lines.append(f"pid {p['pid']} ended={p['ended']} status={p['status']} summary={p['summary']}")
+        for f in p["findings"]:
+            locs = sorted({f"{ev['event']}@{Path(fr['file']).name}:{fr['line']}"
+                           for ev in f["events"] for fr in ev["stack"][:50]
+                           if fr.get("python") and fr.get("file")})
+            lines.append(f"  {f['severity']} {f['kind']}: {f['message']}  [{', '.join(locs)}]")
+    return "\n".join(lines)
+
+
+def python_frames(event: dict) -> list:
+    return [fr for fr in event["stack"] if fr.get("python")]
+
+
+def events_at(finding: dict, script: Path, line: int, event: str | None = None) -> list:
+    """Events of `finding` whose stack has a Python frame at script:line."""
+    name = Path(script).name
+    out = []
+    for ev in finding["events"]:
+        if event is not None and ev["event"] != event:
+            continue
+        for fr in python_frames(ev):
+            if fr.get("file") and Path(fr["file"]).name == name and fr.get("line") == line:
+                out.append(ev)
+                break
+    return out
+
+
+def innermost_python(event: dict):
+    fr = python_frames(event)
+    return (Path(fr[0]["file"]).name, fr[0]["line"]) if fr else None
+
+
+def assert_finding_at(res: Result, kind: str, script: Path, tag: str, event: str | None = None,
+                      innermost: bool = True):
+    """The report has `kind`, and one of its events happened at the line marked `# <-- tag`
+    (with innermost=True that line must be the innermost Python frame of the event;
+    otherwise any Python frame of its stack). Returns the finding."""
+    line = marker_line(script, tag)
+    fs = findings(res.report, kind)
+    assert fs, f"no {kind} finding\n{res.describe()}"
+    for f in fs:
+        for ev in events_at(f, script, line, event):
+            if not innermost or innermost_python(ev) == (Path(script).name, line):
+                return f
+    assert False, (f"{kind} found, but no {event or ''} event with innermost Python frame "
+                   f"{Path(script).name}:{line} (# <-- {tag})\n{res.describe()}")
+
+
+def assert_lsan_stderr(stderr: str, kind: str, severity: str = "error"):
+    word = "ERROR" if severity == "error" else "WARNING"
+    assert f"{word}: capsan:" in stderr, f"no '{word}: capsan:' line on stderr:\n{stderr[-4000:]}"
+    assert kind in stderr, f"{kind} not named on stderr:\n{stderr[-4000:]}"
+    assert "SUMMARY: capsan:" in stderr, f"no 'SUMMARY: capsan:' line on stderr:\n{stderr[-4000:]}"
+
+
+def process_of(report: dict, pid: int | None = None) -> dict:
+    ps = report["processes"]
+    if pid is None:
+        assert len(ps) == 1, f"expected one process, got {len(ps)}: {summarize(report)}"
+        return ps[0]
+    for p in ps:
+        if p["pid"] == pid:
+            return p
+    raise AssertionError(f"no process {pid} in report: {summarize(report)}")
+
+
+@pytest.fixture(params=sorted(INTERPRETERS), ids=lambda k: k)
+def interp(request):
+    """Both interpreter builds: Debian's static-libpython python3 and build/tests/pyshared."""
+    return INTERPRETERS[request.param]
+
+

@@ -1,0 +1,161 @@
+"""Correct DLPack traffic must produce ZERO findings: real numpy 1.24 and
+torch 1.13 exchanges (every dtype both accept, 0-d, empty, non-contiguous,
+threads, fork), the correct fixture paths (legacy and versioned), and capsan
+must not change what the program prints.
+
+Every clean test also checks that capsan really saw the traffic (the trace
+has events), so "no findings" is never the result of seeing nothing.
+"""
+import re
+
+from conftest import (SCENARIOS, findings, process_of, run_capsan, run_plain,
+                      summarize)
+
+S = SCENARIOS
+
+
+def assert_clean(res, min_events=1, nprocs=1):
+    assert res.returncode == 0, res.describe()
+    assert res.report is not None, "no trace file was written\n" + res.describe()
+    assert findings(res.report) == [], "findings in a clean program\n" + res.describe()
+    assert "ERROR: capsan:" not in res.stderr and "WARNING: capsan:" not in res.stderr, res.stderr
+    procs = res.report["processes"]
+    assert len(procs) == nprocs, summarize(res.report)
+    for p in procs:
+        assert p["ended"] == "exit" and p["status"] == 0, p
+        assert p["summary"]["errors"] == 0 and p["summary"]["warnings"] == 0, p["summary"]
+        assert p["summary"]["leaked_bytes"] == 0, p["summary"]
+        assert p["summary"]["events"] >= min_events, (
+            f"capsan saw {p['summary']['events']} events, expected >= {min_events}: "
+            f"are the hooks live?\n{res.describe()}")
+
+
+# ---------------------------------------------------------------- numpy <-> torch
+
+def test_roundtrip_clean(tmp_path, interp):
+    res = run_capsan(S / "clean_roundtrip.py", tmp_path, interpreter=interp)
+    # 7 numpy cases x 2 exchanges + 5 torch cases x 2 + 1 explicit capsule = 25
+    # exports, each exported, consumed and deleted at least
+    assert_clean(res, min_events=25 * 3)
+    assert res.stdout.rstrip().endswith("done"), res.describe()
+    for name in ("zero_d", "empty", "empty_2d", "transposed", "step_slice"):
+        assert f"np->torch->np {name}:" in res.stdout
+
+
+def test_roundtrip_clean_bare_preload(tmp_path):
+    res = run_capsan(S / "clean_roundtrip.py", tmp_path, mode="preload")
+    assert_clean(res, min_events=25 * 3)
+
+
+def test_stdout_identical_with_and_without_capsan(tmp_path, interp):
+    script = S / "clean_roundtrip.py"
+    native = run_plain(script, interpreter=interp)
+    assert native.returncode == 0, native.stderr
+    res = run_capsan(script, tmp_path, interpreter=interp)
+    assert res.returncode == 0, res.describe()
+    assert res.stdout.encode() == native.stdout.encode(), (
+        f"stdout differs under capsan\n--- native ---\n{native.stdout}\n--- capsan ---\n{res.stdout}")
+    res2 = run_capsan(script, tmp_path / "pre", interpreter=interp, mode="preload")
+    assert res2.stdout.encode() == native.stdout.encode()
+
+
+# Which dtypes each direction accepts (numpy 1.24.2 / torch 1.13.1, verified):
+BOTH = ["int8", "int16", "int32", "int64", "uint8", "float16", "float32", "float64",
+        "complex64", "complex128"]
+# Pairs one side refuses; they are not skipped but checked: the library raises,
+# and the refusal path (capsule left unconsumed, released by its producer) is clean.
+REFUSED = {
+    ("uint16", "np->torch"): "RuntimeError",     # torch: "Unsupported kUInt bits 16"
+    ("uint32", "np->torch"): "RuntimeError",
+    ("uint64", "np->torch"): "RuntimeError",
+    ("bool", "np->torch"): "BufferError",        # numpy 1.24 cannot export bool
+    ("uint16", "torch->np"): "NoTorchDtype",     # torch 1.13 has no uint16/32/64 tensors
+    ("uint32", "torch->np"): "NoTorchDtype",
+    ("uint64", "torch->np"): "NoTorchDtype",
+    ("bool", "torch->np"): "RuntimeError",       # torch: "Bool type is not supported by dlpack"
+    ("bfloat16", "torch->np"): "RuntimeError",   # numpy: "Unsupported dtype in DLTensor"
+}
+
+
+def test_every_dtype_clean(tmp_path):
+    res = run_capsan(S / "clean_dtypes.py", tmp_path)
+    # 10 dtypes x 2 directions accepted, plus refused imports that still export
+    assert_clean(res, min_events=20 * 3)
+    got = {}
+    for line in res.stdout.splitlines():
+        m = re.fullmatch(r"(OK|REFUSED) (\w+) (\S+)(?: (\w+))?", line)
+        if m:
+            got[(m.group(2), m.group(3))] = m.group(4) if m.group(1) == "REFUSED" else "OK"
+    for d in BOTH:
+        for direction in ("np->torch", "torch->np"):
+            assert got.get((d, direction)) == "OK", (d, direction, got.get((d, direction)))
+    for pair, exc in REFUSED.items():
+        assert got.get(pair) == exc, (pair, got.get(pair), exc)
+    assert len(got) == 2 * len(BOTH) + len(REFUSED), sorted(set(got) - {
+        (d, x) for d in BOTH for x in ("np->torch", "torch->np")} - set(REFUSED))
+
+
+# ---------------------------------------------------------------- concurrency
+
+def test_threads_clean(tmp_path, interp):
+    n = 2000
+    res = run_capsan(S / "clean_threads.py", tmp_path, interpreter=interp, args=[n], timeout=150)
+    # per exchange: two exports (numpy's, torch's), each consumed and deleted
+    assert_clean(res, min_events=4 * n * 2 * 3)
+    assert f"threads done {4 * n}" in res.stdout
+    p = process_of(res.report)
+    assert p["summary"]["events"] >= 4 * n * 6
+
+
+def test_fork_child_has_its_own_clean_trace(tmp_path, interp):
+    res = run_capsan(S / "clean_fork.py", tmp_path, interpreter=interp)
+    assert_clean(res, min_events=50 * 3, nprocs=2)
+    assert len(res.traces) == 2, res.traces
+    m = re.search(r"child status 0 child pid (\d+)", res.stdout)
+    assert m, res.stdout
+    child_pid = int(m.group(1))
+    child = process_of(res.report, child_pid)
+    parent = [p for p in res.report["processes"] if p["pid"] != child_pid][0]
+    assert child["ppid"] == parent["pid"], (child, parent)
+    assert child["summary"]["events"] >= 200 * 3
+    assert parent["summary"]["events"] >= 250 * 3
+    # each trace file holds only its own process
+    assert {int(t.name.split(".")[-1]) for t in res.traces} == {child_pid, parent["pid"]}
+
+
+# ---------------------------------------------------------------- fixtures
+
+def test_fixture_good_paths_clean(tmp_path, interp):
+    res = run_capsan(S / "clean_fixtures.py", tmp_path, interpreter=interp)
+    # 11 fixture exports + numpy's and torch's capsules consumed by the fixture
+    assert_clean(res, min_events=13 * 2)
+    assert "fixtures ok 11" in res.stdout
+
+
+def test_versioned_good_path_clean(tmp_path):
+    code = (
+        "import dlconsumer as C, dlproducer as P\n"
+        "for i in range(50):\n"
+        "    assert C.consume_versioned_good(P.versioned(16, minor=i % 3)) == 120.0\n"
+        "c = P.versioned(4)\n"
+        "del c\n"
+        "assert P.deleted_count() == 51\n"
+        "print('ok')\n")
+    res = run_capsan(code, tmp_path)
+    assert_clean(res, min_events=51 * 2)
+    assert res.stdout == "ok\n"
+
+
+def test_many_short_lived_exports_clean(tmp_path):
+    """More struct addresses than any per-stripe tombstone FIFO: malloc reuses
+    addresses of released structs; reuse must never look like a bug."""
+    code = (
+        "import dlconsumer as C, dlproducer as P\n"
+        "for i in range(20000):\n"
+        "    C.consume_good(P.good(4))\n"
+        "    c = P.good(2); del c\n"
+        "assert P.deleted_count() == 40000\n"
+        "print('ok')\n")
+    res = run_capsan(code, tmp_path)
+    assert_clean(res, min_events=40000 * 2)
+

@@ -1,0 +1,460 @@
+"""Every dlpack-* finding kind, committed for real by a fixture extension
+driven from a scenario script, and the options that shape what happens next
+(protect, halt_on_error, exitcode, help, unknown keys).
+
+Each finding test asserts the kind, the script line (found by its
+`# <-- tag` marker) of the event that matters, the exit status and the
+LeakSanitizer-style text on stderr.
+"""
+import signal
+import subprocess
+import time
+
+import pytest
+
+from conftest import (CAPSAN, DEFAULT_EXITCODE, LIBCAPSAN, SCENARIOS, STATIC_PY,
+                      assert_finding_at, assert_lsan_stderr, base_env, capsan_report,
+                      contract_kinds, contract_options, findings, is_signal, kinds, marker_line,
+                      process_of, require_fixtures, require_runtime, run_capsan, run_plain, trace_files)
+
+S = SCENARIOS
+
+# which test covers which contract kind (checked against kinds.inc below)
+COVERED = {
+    "dlpack-double-delete": "test_double_delete",
+    "dlpack-unchecked-destructor": "test_unchecked_destructor",
+    "dlpack-not-renamed": "test_not_renamed",
+    "dlpack-reconsume": "test_reconsume",
+    "dlpack-leak": "test_leak_consumed_never_deleted / test_leak_capsule_without_destructor",
+    "dlpack-null-deleter": "test_null_deleter_warning / test_null_deleter_call_segfaults",
+    "dlpack-bad-tensor": "test_bad_tensor",
+    "dlpack-byte-offset-ignored": "test_byte_offset_ignored_by_torch",
+}
+
+
+def test_every_dlpack_kind_has_a_scenario():
+    names = {n for n, _ in contract_kinds() if n.startswith("dlpack-")}
+    assert names, "kinds.inc lists no dlpack-* kind"
+    missing = names - set(COVERED)
+    assert not missing, f"dlpack kinds without a scenario test: {sorted(missing)}"
+    for name in COVERED:
+        assert name in names, f"{name} is not (or no longer) a contract kind in kinds.inc"
+
+
+def severity_of(kind):
+    return dict(contract_kinds())[kind]
+
+
+def only_kinds(res, expected):
+    got = kinds(res.report)
+    assert got == set(expected), f"expected exactly {sorted(expected)}, got {sorted(got)}\n{res.describe()}"
+
+
+def error_exit(res):
+    assert res.returncode == DEFAULT_EXITCODE, (
+        f"expected exit status {DEFAULT_EXITCODE} (error findings)\n{res.describe()}")
+
+
+# ---------------------------------------------------------------- double delete
+
+@pytest.mark.parametrize("variant", ["legacy", "versioned"])
+def test_double_delete(tmp_path, interp, variant):
+    script = S / "dl_double_delete.py"
+    sfx = "-v" if variant == "versioned" else ""
+    res = run_capsan(script, tmp_path, options=["protect=1"], interpreter=interp, args=[variant])
+    error_exit(res)
+    # protect=1 skipped the second deleter call: the program carried on, released once
+    assert "survived 28.0 1" in res.stdout, res.describe()
+    f = assert_finding_at(res, "dlpack-double-delete", script, "delete" + sfx, event="delete")
+    assert f["severity"] == "error"
+    assert f["object"]["type"] == ("DLManagedTensorVersioned" if sfx else "DLManagedTensor"), f["object"]
+    # the history names the export line too
+    assert_finding_at(res, "dlpack-double-delete", script, "export" + sfx, event="export")
+    dels = [e for e in f["events"] if e["event"] == "delete"]
+    assert len(dels) >= 2, f"a double delete needs two delete events: {f['events']}"
+    only_kinds(res, ["dlpack-double-delete"])
+    assert_lsan_stderr(res.stderr, "dlpack-double-delete")
+    assert process_of(res.report)["ended"] == "exit"
+
+
+def test_double_delete_without_protect_really_crashes(tmp_path):
+    """protect=0: the second deleter call runs, glibc aborts on the double free;
+    capsan reported the finding before the crash, and the trace still has it."""
+    script = S / "dl_double_delete.py"
+    native = run_plain(script, args=["legacy"])
+    assert is_signal(native.returncode, signal.SIGABRT), (native.returncode, native.stderr)
+    assert "double free" in native.stderr
+    res = run_capsan(script, tmp_path, args=["legacy"])
+    assert is_signal(res.returncode, signal.SIGABRT), res.describe()
+    assert "survived" not in res.stdout
+    assert_finding_at(res, "dlpack-double-delete", script, "delete", event="delete")
+    assert "dlpack-double-delete" in res.stderr, "finding not printed before the crash\n" + res.describe()
+    p = process_of(res.report)
+    assert p["ended"] == "signal" and p["status"] == signal.SIGABRT, p
+
+
+# ---------------------------------------------------------------- unchecked destructor
+
+def test_unchecked_destructor(tmp_path, interp):
+    """The consumer keeps the tensor; the producer's destructor releases it anyway."""
+    script = S / "dl_unchecked.py"
+    res = run_capsan(script, tmp_path, interpreter=interp, args=["consume_leak"])
+    error_exit(res)
+    assert "survived 1" in res.stdout, res.describe()
+    assert_finding_at(res, "dlpack-unchecked-destructor", script, "destroy", event="delete")
+    assert_finding_at(res, "dlpack-unchecked-destructor", script, "consume-leak", event="consume")
+    # the deleter did run (in the destructor): the tensor is not leaked
+    only_kinds(res, ["dlpack-unchecked-destructor"])
+    assert_lsan_stderr(res.stderr, "dlpack-unchecked-destructor")
+
+
+def test_unchecked_destructor_after_release_protected(tmp_path):
+    """Consumer released, destructor releases again: skipped with protect=1."""
+    script = S / "dl_unchecked.py"
+    res = run_capsan(script, tmp_path, options=["protect=1"], args=["consume_good"])
+    error_exit(res)
+    assert "survived 1" in res.stdout, res.describe()
+    assert_finding_at(res, "dlpack-unchecked-destructor", script, "destroy", event="delete")
+    only_kinds(res, ["dlpack-unchecked-destructor"])
+    assert_lsan_stderr(res.stderr, "dlpack-unchecked-destructor")
+
+
+def test_unchecked_destructor_unprotected_crashes(tmp_path):
+    script = S / "dl_unchecked.py"
+    native = run_plain(script, args=["consume_good"])
+    assert is_signal(native.returncode, signal.SIGABRT), (native.returncode, native.stderr)
+    res = run_capsan(script, tmp_path, args=["consume_good"])
+    assert is_signal(res.returncode, signal.SIGABRT), res.describe()
+    assert_finding_at(res, "dlpack-unchecked-destructor", script, "destroy", event="delete")
+
+
+# ---------------------------------------------------------------- not renamed
+
+def test_not_renamed(tmp_path, interp):
+    script = S / "dl_not_renamed.py"
+    res = run_capsan(script, tmp_path, options=["protect=1"], interpreter=interp)
+    error_exit(res)
+    # the destructor's second release was skipped: one deleter call in all
+    assert "survived 1" in res.stdout, res.describe()
+    assert_finding_at(res, "dlpack-not-renamed", script, "delete", event="delete")
+    # the predicted double delete is explained by not-renamed, not reported twice
+    only_kinds(res, ["dlpack-not-renamed"])
+    assert len(findings(res.report, "dlpack-not-renamed")) == 1
+    assert_lsan_stderr(res.stderr, "dlpack-not-renamed")
+
+
+def test_not_renamed_without_protect_really_crashes(tmp_path):
+    script = S / "dl_not_renamed.py"
+    native = run_plain(script)
+    assert is_signal(native.returncode, signal.SIGABRT), (native.returncode, native.stderr)
+    res = run_capsan(script, tmp_path)
+    assert is_signal(res.returncode, signal.SIGABRT), res.describe()
+    assert_finding_at(res, "dlpack-not-renamed", script, "delete", event="delete")
+    assert "dlpack-not-renamed" in res.stderr, "finding not printed before the crash\n" + res.describe()
+
+
+# ---------------------------------------------------------------- reconsume
+
+def test_reconsume(tmp_path, interp):
+    script = S / "dl_reconsume.py"
+    res = run_capsan(script, tmp_path, interpreter=interp)
+    error_exit(res)
+    assert "sums 28.0 28.0 deleted 1" in res.stdout, res.describe()
+    assert_finding_at(res, "dlpack-reconsume", script, "reconsume")
+    only_kinds(res, ["dlpack-reconsume"])
+    assert_lsan_stderr(res.stderr, "dlpack-reconsume")
+
+
+# ---------------------------------------------------------------- leak
+
+def test_leak_consumed_never_deleted(tmp_path, interp):
+    script = S / "dl_leak.py"
+    res = run_capsan(script, tmp_path, interpreter=interp, args=["consumed"])
+    error_exit(res)
+    assert "deleted 0" in res.stdout
+    f = assert_finding_at(res, "dlpack-leak", script, "consume", event="consume")
+    assert_finding_at(res, "dlpack-leak", script, "export", event="export")
+    assert f["bytes"] == 32, f"8 float32 leaked = 32 bytes, report says {f['bytes']}"
+    p = process_of(res.report)
+    assert p["summary"]["leaked_bytes"] >= 32, p["summary"]
+    assert p["summary"]["errors"] >= 1
+    only_kinds(res, ["dlpack-leak"])
+    assert_lsan_stderr(res.stderr, "dlpack-leak")
+
+
+def test_leak_capsule_without_destructor(tmp_path, interp):
+    script = S / "dl_leak.py"
+    res = run_capsan(script, tmp_path, interpreter=interp, args=["no_destructor"])
+    error_exit(res)
+    f = assert_finding_at(res, "dlpack-leak", script, "export-nodtor", event="export")
+    assert_finding_at(res, "dlpack-leak", script, "destroy-nodtor", event="destroy")
+    assert f["bytes"] == 32, f
+    only_kinds(res, ["dlpack-leak"])
+    assert_lsan_stderr(res.stderr, "dlpack-leak")
+
+
+# ---------------------------------------------------------------- NULL deleter
+
+def test_null_deleter_warning(tmp_path, interp):
+    """A warning only: a careful consumer checks the deleter; the exit status stays 0.
+    A NULL-deleter tensor cannot be released by anyone, so it is no leak either."""
+    script = S / "dl_null_deleter.py"
+    res = run_capsan(script, tmp_path, interpreter=interp, args=["checked"])
+    assert severity_of("dlpack-null-deleter") == "warning"
+    assert res.returncode == 0, "a warning must not change the exit status\n" + res.describe()
+    assert "survived" in res.stdout
+    f = assert_finding_at(res, "dlpack-null-deleter", script, "export", event="export")
+    assert f["severity"] == "warning"
+    only_kinds(res, ["dlpack-null-deleter"])
+    assert process_of(res.report)["summary"]["errors"] == 0
+    assert_lsan_stderr(res.stderr, "dlpack-null-deleter", severity="warning")
+
+
+def test_null_deleter_call_segfaults(tmp_path, interp):
+    """The consumer calls a NULL deleter: a real SIGSEGV; the trace still says why."""
+    script = S / "dl_null_deleter.py"
+    native = run_plain(script, interpreter=interp, args=["crash"])
+    assert is_signal(native.returncode, signal.SIGSEGV), (native.returncode, native.stderr)
+    res = run_capsan(script, tmp_path, interpreter=interp, args=["crash"])
+    assert is_signal(res.returncode, signal.SIGSEGV), res.describe()
+    assert "calling" in res.stdout and "not reached" not in res.stdout
+    assert_finding_at(res, "dlpack-null-deleter", script, "export", event="export")
+    p = process_of(res.report)
+    assert p["ended"] == "signal" and p["status"] == signal.SIGSEGV, p
+    # a crashed process is not judged for leaks
+    assert "dlpack-leak" not in kinds(res.report), res.describe()
+
+
+# ---------------------------------------------------------------- bad tensor
+
+BAD = ["ndim", "null_shape", "dtype_code", "lanes", "device", "negative_shape",
+       "version_major", "flags"]
+
+
+@pytest.mark.parametrize("bad", BAD)
+def test_bad_tensor(tmp_path, bad):
+    script = S / "dl_bad_tensor.py"
+    res = run_capsan(script, tmp_path, args=[bad])
+    error_exit(res)
+    assert "deleted 1" in res.stdout, res.describe()  # the capsule was still released
+    tag = {"version_major": "export-major", "flags": "export-flags"}.get(bad, "export")
+    assert_finding_at(res, "dlpack-bad-tensor", script, tag)
+    only_kinds(res, ["dlpack-bad-tensor"])
+    assert_lsan_stderr(res.stderr, "dlpack-bad-tensor")
+
+
+def test_bad_tensor_kinds_match_fixture():
+    """BAD covers every malformation the fixture can produce."""
+    require_fixtures()
+    out = subprocess.run([str(STATIC_PY), "-c", "import dlproducer; print(*dlproducer.bad_kinds())"],
+                         capture_output=True, text=True, env=base_env(), timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert set(out.stdout.split()) <= set(BAD), out.stdout
+
+
+# ---------------------------------------------------------------- byte offset
+
+@pytest.mark.parametrize("how", ["object", "capsule"])
+def test_byte_offset_ignored_by_torch(tmp_path, how):
+    script = S / "dl_byte_offset.py"
+    res = run_capsan(script, tmp_path, args=[how])
+    error_exit(res)
+    # the bug is real: torch read the 16 bytes before the first element
+    assert "torch saw [-1.0, -1.0, -1.0, -1.0, 0.0, 1.0, 2.0, 3.0]" in res.stdout, res.describe()
+    # through torch.from_dlpack(obj) the innermost Python frame is torch's own
+    # utils/dlpack.py; the script's line is further out in the same stack
+    tag = "consume" if how == "object" else "consume-cap"
+    assert_finding_at(res, "dlpack-byte-offset-ignored", script, tag, event="consume",
+                      innermost=(how == "capsule"))
+    only_kinds(res, ["dlpack-byte-offset-ignored"])
+    assert_lsan_stderr(res.stderr, "dlpack-byte-offset-ignored")
+
+
+# ---------------------------------------------------------------- SIGKILL
+
+def test_sigkilled_trace_still_replays(tmp_path):
+    """A double delete (protect=1), then SIGKILL: the shared-mmap trace survives."""
+    require_runtime()
+    script = S / "dl_killed.py"
+    env = base_env({"LD_PRELOAD": str(LIBCAPSAN),
+                    "CAPSAN_OPTIONS": f"log_path={tmp_path / 't'}:protect=1"})
+    proc = subprocess.Popen([str(STATIC_PY), str(script)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env=env, text=True)
+    try:
+        line = proc.stdout.readline()
+        assert line.strip() == "ready", (line, proc.poll())
+        time.sleep(0.2)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    traces = trace_files(tmp_path)
+    assert len(traces) == 1, traces
+    _, rep = capsan_report(traces)
+    p = process_of(rep)
+    assert p["ended"] == "unknown", p
+    assert p["pid"] == proc.pid
+    fs = findings(rep, "dlpack-double-delete")
+    assert fs, rep
+    line = marker_line(script, "delete")
+    assert any(e["event"] == "delete" and any(fr.get("python") and fr.get("line") == line
+                                              and fr["file"].endswith("dl_killed.py")
+                                              for fr in e["stack"])
+               for e in fs[0]["events"]), fs[0]
+    # nothing is judged a leak in a process that did not reach its exit
+    assert "dlpack-leak" not in kinds(rep)
+    # the text renderer copes with the truncated trace too
+    cp, _ = capsan_report(traces, fmt="text")
+    assert cp.returncode in (0, DEFAULT_EXITCODE), cp.stderr
+    assert "dlpack-double-delete" in cp.stdout + cp.stderr
+
+
+# ---------------------------------------------------------------- options
+
+def test_halt_on_error_stops_at_first(tmp_path):
+    script = S / "dl_halt.py"
+    res = run_capsan(script, tmp_path, options=["halt_on_error=1"])
+    error_exit(res)
+    assert "after first" not in res.stdout, "the process went on after the first error\n" + res.describe()
+    assert_finding_at(res, "dlpack-reconsume", script, "first")
+    errs = findings(res.report, severity="error")
+    assert len(errs) == 1, res.describe()
+    assert "dlpack-reconsume" in res.stderr
+
+
+def test_without_halt_both_errors_reported(tmp_path):
+    script = S / "dl_halt.py"
+    res = run_capsan(script, tmp_path)
+    error_exit(res)
+    assert "after second" in res.stdout
+    assert_finding_at(res, "dlpack-reconsume", script, "first")
+    assert_finding_at(res, "dlpack-leak", script, "second", event="consume")
+
+
+def test_halt_on_error_with_custom_exitcode(tmp_path):
+    res = run_capsan(S / "dl_halt.py", tmp_path, options=["halt_on_error=1", "exitcode=42"])
+    assert res.returncode == 42, res.describe()
+    assert "after first" not in res.stdout
+
+
+@pytest.mark.parametrize("mode", ["run", "preload"])
+def test_exitcode_zero_keeps_program_status(tmp_path, mode):
+    script = S / "dl_leak.py"
+    res = run_capsan(script, tmp_path / "a", options=["exitcode=0"], mode=mode, args=["consumed", "3"])
+    assert res.returncode == 3, res.describe()
+    assert kinds(res.report) == {"dlpack-leak"}
+    res = run_capsan(script, tmp_path / "b", options=["exitcode=0"], mode=mode, args=["consumed"])
+    assert res.returncode == 0, res.describe()
+    assert "dlpack-leak" in res.stderr
+    # the default replaces the program's own status when there are errors
+    res = run_capsan(script, tmp_path / "c", mode=mode, args=["consumed", "3"])
+    assert res.returncode == DEFAULT_EXITCODE, res.describe()
+
+
+def test_custom_exitcode(tmp_path):
+    res = run_capsan(S / "dl_reconsume.py", tmp_path, options=["exitcode=7"])
+    assert res.returncode == 7, res.describe()
+
+
+def test_report_none_is_silent_but_traced(tmp_path):
+    res = run_capsan(S / "dl_reconsume.py", tmp_path, options=["report=none"])
+    error_exit(res)
+    assert "ERROR: capsan:" not in res.stderr, res.stderr
+    assert kinds(res.report) == {"dlpack-reconsume"}
+
+
+def test_unknown_option_key_is_named_and_program_runs(tmp_path):
+    """Expected behaviour (LeakSanitizer's, and 'capsan must never be the reason a
+    program fails'): an unknown CAPSAN_OPTIONS key is reported on stderr by name,
+    and the program still runs with the other options in force."""
+    res = run_capsan(S / "opt_probe.py", tmp_path, mode="preload",
+                     options=["no_such_capsan_option=1"])
+    assert "no_such_capsan_option" in res.stderr, res.describe()
+    assert "program ran 6.0" in res.stdout, res.describe()
+    assert res.returncode == 0, res.describe()
+
+
+def test_unknown_option_via_capsan_run(tmp_path):
+    """Through `capsan run`, an unknown key is named on stderr too (run may refuse
+    or proceed; either way the user must be told which key)."""
+    res = run_capsan(S / "opt_probe.py", tmp_path, options=["bogus_key_xyz=1"])
+    assert "bogus_key_xyz" in res.stderr, res.describe()
+    if "program ran" not in res.stdout:
+        assert res.returncode != 0, "refused silently with status 0\n" + res.describe()
+
+
+def test_help_lists_every_option(tmp_path):
+    require_runtime()
+    env = base_env({"LD_PRELOAD": str(LIBCAPSAN), "CAPSAN_OPTIONS": "help=1"})
+    cp = subprocess.run([str(STATIC_PY), str(S / "opt_probe.py")], capture_output=True,
+                        text=True, env=env, timeout=60)
+    out = cp.stdout + cp.stderr
+    for name in contract_options():
+        assert name in out, f"help=1 does not list {name}:\n{out}"
+    assert "23" in out, "help=1 should show defaults (exitcode 23)"
+    # options.inc: "print this list of options and exit"
+    assert "program ran" not in cp.stdout, "help=1 should exit before the program runs"
+    assert cp.returncode == 0, cp.returncode
+
+
+def test_capsan_cli_knows_run_and_report():
+    require_runtime()
+    cp = subprocess.run([str(CAPSAN), "--help"], capture_output=True, text=True, timeout=30)
+    out = cp.stdout + cp.stderr
+    assert "run" in out and "report" in out, out
+    cp = subprocess.run([str(CAPSAN), "no-such-subcommand"], capture_output=True, text=True,
+                        timeout=30)
+    assert cp.returncode != 0
+
+
+def test_stack_depth_options(tmp_path):
+    """python_depth=0 drops the Python frames, native_depth=0 the native ones."""
+    script = S / "dl_reconsume.py"
+    res = run_capsan(script, tmp_path / "full", options=[])
+    evs = [ev for f in findings(res.report) for ev in f["events"]]
+    assert any(fr["python"] for ev in evs for fr in ev["stack"]), res.describe()
+    assert any(not fr["python"] for ev in evs for fr in ev["stack"]), (
+        "no native frames recorded at the default native_depth=16\n" + res.describe())
+    res = run_capsan(script, tmp_path / "nopy", options=["python_depth=0"])
+    assert kinds(res.report) == {"dlpack-reconsume"}
+    evs = [ev for f in findings(res.report) for ev in f["events"]]
+    assert evs and not any(fr["python"] for ev in evs for fr in ev["stack"]), res.describe()
+    res = run_capsan(script, tmp_path / "nonat", options=["native_depth=0"])
+    assert kinds(res.report) == {"dlpack-reconsume"}
+    evs = [ev for f in findings(res.report) for ev in f["events"]]
+    assert evs and not any(not fr["python"] for ev in evs for fr in ev["stack"]), res.describe()
+    assert_finding_at(res, "dlpack-reconsume", script, "reconsume")
+
+
+def test_suppression_file_in_report(tmp_path):
+    """`capsan report --suppressions FILE`: LeakSanitizer syntax KIND:pattern, matched
+    against the event stacks (here the scenario's file name); `leak:` matches every
+    leak kind; a rule for another kind hides nothing."""
+    res = run_capsan(S / "dl_leak.py", tmp_path / "r", args=["consumed"])
+    assert kinds(res.report) == {"dlpack-leak"}
+    supp = tmp_path / "supp.txt"
+    supp.write_text("# capsan suppressions\nleak:dl_leak.py\n")
+    _, rep = capsan_report(res.traces, extra_args=["--suppressions", supp])
+    assert findings(rep) == [], findings(rep)
+    supp.write_text("dlpack-double-delete:dl_leak.py\n")
+    _, rep = capsan_report(res.traces, extra_args=["--suppressions", supp])
+    assert kinds(rep) == {"dlpack-leak"}
+
+
+def test_suppression_option_in_runtime(tmp_path):
+    """CAPSAN_OPTIONS=suppressions=FILE: the live report and the exit status
+    honour the same rules (options.inc: suppressions)."""
+    supp = tmp_path / "supp.txt"
+    supp.write_text("leak:dl_leak.py\n")
+    res = run_capsan(S / "dl_leak.py", tmp_path / "s", options=[f"suppressions={supp}"],
+                     args=["consumed"])
+    assert res.returncode == 0, "a suppressed leak is no error\n" + res.describe()
+    assert "ERROR: capsan:" not in res.stderr
+    supp.write_text("dlpack-double-delete:dl_leak.py\n")
+    res = run_capsan(S / "dl_leak.py", tmp_path / "t", options=[f"suppressions={supp}"],
+                     args=["consumed"])
+    error_exit(res)
+    assert "dlpack-leak" in res.stderr
