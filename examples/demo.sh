@@ -25,12 +25,12 @@ say "2. Under capsan: capsan run -- $PY examples/double_delete.py"
 "$CAPSAN" run --log-path "$OUT/trace" -- "$PY" "$PROG"
 echo "(exit status $? -- the report above was printed before the second free could crash)"
 
-say "3. Under capsan with protect=1: the second deleter call is skipped, the program survives"
-CAPSAN_OPTIONS=protect=1 "$CAPSAN" run --log-path "$OUT/protected" -- "$PY" "$PROG"
+say "3. Under capsan with protect=1 (and report=none): the second deleter call is skipped, the program survives"
+CAPSAN_OPTIONS=protect=1:report=none "$CAPSAN" run --log-path "$OUT/protected" -- "$PY" "$PROG"
 status=$?
 echo "(exit status $status: capsan's exitcode, 23 as in LeakSanitizer, because an error was found)"
 
-say "4. Offline: capsan report reads the trace files left behind"
+say "4. Offline: capsan report reads the trace file that run left behind"
 traces=("$OUT"/protected.[0-9]*)
 "$CAPSAN" report --format text "${traces[@]}"
 

@@ -5,6 +5,7 @@
 #include <link.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -13,6 +14,7 @@
 #include "render.h"
 #include "runtime.h"
 #include "stack.h"
+#include "suppress.h"
 #include "tracefile.h"
 
 static __thread cs_finding *pending;
@@ -21,6 +23,14 @@ static pthread_mutex_t print_mu = PTHREAD_MUTEX_INITIALIZER;
 static cs_summary summary;
 static _Atomic unsigned n_errors, n_total;
 static unsigned printed;
+static cs_suppressions *supp;
+
+void cs_findings_init(void)
+{
+    char err[512];
+    if (cs_opt.suppressions[0] && !(supp = cs_supp_load(cs_opt.suppressions, err, sizeof err)))
+        dprintf(2, "capsan: %s\n", err);
+}
 
 void cs_findings_cb(void *ud, const cs_finding *f)
 {
@@ -34,9 +44,6 @@ void cs_findings_cb(void *ud, const cs_finding *f)
         cappending = ncap;
     }
     pending[npending++] = *f;
-    atomic_fetch_add(&n_total, 1);
-    if (cs_kind_severity(f->kind) == CS_SEV_ERROR)
-        atomic_fetch_add(&n_errors, 1);
 }
 
 unsigned cs_findings_errors(void) { return atomic_load(&n_errors); }
@@ -102,6 +109,13 @@ void cs_findings_flush(void)
     cs_proc_info p = proc_info();
     pthread_mutex_lock(&print_mu);
     for (unsigned i = 0; i < npending; i++) {
+        if (supp && cs_supp_match(supp, &pending[i], &live_src)) {
+            summary.suppressed++;
+            continue;
+        }
+        atomic_fetch_add(&n_total, 1);
+        if (cs_kind_severity(pending[i].kind) == CS_SEV_ERROR)
+            atomic_fetch_add(&n_errors, 1);
         cs_summary_add(&summary, &pending[i]);
         if (text && printed < (unsigned)cs_opt.max_findings) {
             cs_render_text_finding(&o, &p, &pending[i], &live_src);
@@ -114,7 +128,7 @@ void cs_findings_flush(void)
 
 void cs_findings_summary(void)
 {
-    if (strcmp(cs_opt.report, "text") != 0 || !atomic_load(&n_total))
+    if (strcmp(cs_opt.report, "text") != 0 || (!atomic_load(&n_total) && !summary.suppressed))
         return;
     cs_out o = {out_fd, NULL, isatty(2)};
     cs_proc_info p = proc_info();
@@ -125,6 +139,8 @@ void cs_findings_summary(void)
     const char *tp = cs_trace_path();
     if (*tp)
         cs_outf(&o, "==%d==capsan: trace written to %s (capsan report %s)\n", (int)p.pid, tp, tp);
+    if (supp)
+        cs_supp_render_used(supp, &o);
     cs_render_text_summary(&o, &p, &summary);
     pthread_mutex_unlock(&print_mu);
 }

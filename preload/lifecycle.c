@@ -45,7 +45,7 @@ int cs_kind_from_name(const char *name)
 #define OF_NOT_RENAMED 0x08    /* dlpack-not-renamed already reported */
 #define OF_LEAK_REPORTED 0x10
 #define OF_UNCHECKED 0x20      /* dlpack-unchecked-destructor already reported */
-#define OF_NULL_DTOR 0x40
+#define OF_NULL_DELETER 0x40 /* nothing can release it: never a leak */
 
 typedef struct obj {
     uint64_t key;      /* address; 0 = empty slot */
@@ -79,6 +79,7 @@ struct cs_lifecycle {
     cs_finding_cb cb;
     void *ud;
     int threadsafe;
+    int protect;
     uint32_t gen;
     stripe s[NSTRIPES];
 };
@@ -110,6 +111,8 @@ cs_lifecycle *cs_lc_create(cs_finding_cb cb, void *ud, int threadsafe)
         pthread_mutex_init(&lc->s[i].mu, NULL);
     return lc;
 }
+
+void cs_lc_set_protect(cs_lifecycle *lc, int on) { lc->protect = on; }
 
 void cs_lc_destroy(cs_lifecycle *lc)
 {
@@ -340,6 +343,8 @@ static unsigned dlpack_event(cs_lifecycle *lc, stripe *st, const cs_event *ev)
         o->bytes = ev->c;
         if (ev->aux & CS_DLV_VERSIONED)
             o->flags |= OF_VERSIONED;
+        if (ev->flags & CS_EVF_NULL_DELETER)
+            o->flags |= OF_NULL_DELETER;
         hist_add(st, o, ev);
         if (ev->flags & CS_EVF_NULL_DELETER)
             report(lc, CS_KIND_DLPACK_NULL_DELETER, o, NULL, 0, 0);
@@ -411,6 +416,11 @@ static unsigned dlpack_event(cs_lifecycle *lc, stripe *st, const cs_event *ev)
                     report(lc, CS_KIND_DLPACK_UNCHECKED_DESTRUCTOR, o, ev, 0, 0);
                 }
                 hist_add(st, o, ev);
+                /* unprotected, the call runs and releases the tensor; the
+                 * consumer's own delete later is the double free this
+                 * finding already explains */
+                if (!lc->protect)
+                    entomb(st, o);
                 return CS_VERDICT_SKIP;
             }
             hist_add(st, o, ev);
@@ -421,6 +431,10 @@ static unsigned dlpack_event(cs_lifecycle *lc, stripe *st, const cs_event *ev)
             if ((o->flags & OF_NOT_RENAMED) && in_own_dtor) {
                 /* the double delete that dlpack-not-renamed predicted */
                 hist_add(st, o, ev);
+                return verdict;
+            }
+            if ((o->flags & OF_UNCHECKED) && !in_own_dtor) {
+                hist_add(st, o, ev); /* the consumer's delete after an unchecked destructor */
                 return verdict;
             }
             if (in_own_dtor && (o->flags & OF_CAPSULE_USED)) {
@@ -442,7 +456,7 @@ static unsigned dlpack_event(cs_lifecycle *lc, stripe *st, const cs_event *ev)
         if (!o || ev->a != o->capsule)
             return 0;
         o->flags |= OF_CAPSULE_DEAD;
-        if (o->state == CS_ST_CREATED && !(o->flags & OF_LEAK_REPORTED)) {
+        if (o->state == CS_ST_CREATED && !(o->flags & (OF_LEAK_REPORTED | OF_NULL_DELETER))) {
             /* R3: an unconsumed capsule died and nobody released the tensor */
             hist_add(st, o, ev);
             o->flags |= OF_LEAK_REPORTED;
@@ -556,7 +570,8 @@ int cs_lc_finish(cs_lifecycle *lc, int how)
             pthread_mutex_lock(&st->mu);
         for (size_t j = 0; j < st->cap; j++) {
             obj *o = &st->tab[j];
-            if (!o->key || o->state == CS_ST_RELEASED || (o->flags & OF_LEAK_REPORTED))
+            if (!o->key || o->state == CS_ST_RELEASED ||
+                (o->flags & (OF_LEAK_REPORTED | OF_NULL_DELETER)))
                 continue;
             o->flags |= OF_LEAK_REPORTED;
             if (o->ns == CS_NS_NUMPY) {

@@ -56,6 +56,9 @@ typedef struct cs_lifecycle cs_lifecycle;
 
 cs_lifecycle *cs_lc_create(cs_finding_cb cb, void *ud, int threadsafe);
 void cs_lc_destroy(cs_lifecycle *lc);
+/* protect=1: calls judged CS_VERDICT_SKIP are not executed, so they do not
+ * change the object's state. The reader takes it from the trace's OPTIONS. */
+void cs_lc_set_protect(cs_lifecycle *lc, int on);
 
 /* Serialise events about one object (runtime only; no-ops when not
  * threadsafe). Take it before writing the event to the trace so that the

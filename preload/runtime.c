@@ -428,6 +428,8 @@ int capsan_start(void)
     cs_lc = cs_lc_create(cs_findings_cb, NULL, 1);
     if (!cs_lc)
         return 0;
+    cs_lc_set_protect(cs_lc, cs_opt.protect);
+    cs_findings_init();
     cs_thread_init();
     cs_stack_init((void *)self_marker);
     cs_trace_init(cs_opt.log_path, prologue);

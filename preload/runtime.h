@@ -21,6 +21,7 @@ extern volatile int cs_recording;
 unsigned cs_emit(cs_event *ev, int want_stack, cs_event *export_out, int *found);
 
 /* Live findings: the lifecycle callback; prints and counts them. */
+void cs_findings_init(void); /* loads the suppressions option */
 void cs_findings_cb(void *ud, const cs_finding *f);
 void cs_findings_flush(void);
 unsigned cs_findings_errors(void);

@@ -571,6 +571,17 @@ uint64_t cs_trace_replay(cs_trace *t, cs_finding_cb cb, void *ud)
     cs_lifecycle *lc = cs_lc_create(cb, ud, 0);
     uint64_t off = t->hdr.header_size, released = 0, n = 0;
 
+    /* the runtime's protect setting decides whether skipped calls changed
+     * state: replay must judge as the runtime did */
+    for (const char *o = t->options; lc && o && *o;) {
+        size_t len = strcspn(o, ":");
+        if (len == 9 && !strncmp(o, "protect=1", 9))
+            cs_lc_set_protect(lc, 1);
+        o += len;
+        if (*o)
+            o++;
+    }
+
     madvise((void *)p->map, p->size, MADV_SEQUENTIAL);
     while (lc && off + sizeof(cs_rec) <= t->data_end) {
         cs_rec r;
