@@ -46,6 +46,7 @@ int cs_kind_from_name(const char *name)
 #define OF_LEAK_REPORTED 0x10
 #define OF_UNCHECKED 0x20      /* dlpack-unchecked-destructor already reported */
 #define OF_NULL_DELETER 0x40 /* nothing can release it: never a leak */
+#define OF_TRACED 0x80       /* has a finding: its events go to the sink */
 
 typedef struct obj {
     uint64_t key;      /* address; 0 = empty slot */
@@ -54,6 +55,7 @@ typedef struct obj {
     uint8_t state;     /* cs_obj_state */
     uint8_t flags;
     uint8_t nhist;
+    uint8_t nflushed;  /* history events already given to the sink */
     uint64_t capsule;  /* the exporting capsule */
     uint64_t bytes;
     cs_event *hist;    /* up to CS_FINDING_MAX_EVENTS - 1 events, malloc'd */
@@ -80,6 +82,8 @@ struct cs_lifecycle {
     void *ud;
     int threadsafe;
     int protect;
+    cs_event_sink sink;
+    void *sink_ud;
     uint32_t gen;
     stripe s[NSTRIPES];
 };
@@ -113,6 +117,12 @@ cs_lifecycle *cs_lc_create(cs_finding_cb cb, void *ud, int threadsafe)
 }
 
 void cs_lc_set_protect(cs_lifecycle *lc, int on) { lc->protect = on; }
+
+void cs_lc_set_sink(cs_lifecycle *lc, cs_event_sink sink, void *ud)
+{
+    lc->sink = sink;
+    lc->sink_ud = ud;
+}
 
 void cs_lc_destroy(cs_lifecycle *lc)
 {
@@ -238,10 +248,19 @@ static void erase(stripe *st, obj *o)
     st->used--;
 }
 
+/* ---- one judgement: did the current event reach the sink? ---- */
+typedef struct judge {
+    const cs_event *cur;
+    int in_hist;   /* cur was appended to its object's history */
+    int written;   /* cur went to the sink */
+} judge;
+
 /* ---- object history ---- */
 
-static void hist_add(stripe *st, obj *o, const cs_event *ev)
+static void hist_add(stripe *st, obj *o, const cs_event *ev, judge *j)
 {
+    if (j && ev == j->cur)
+        j->in_hist = 1;
     enum { CAP = CS_FINDING_MAX_EVENTS - 1 };
     if (!o->hist) {
         if (st->free_hist) {
@@ -256,7 +275,22 @@ static void hist_add(stripe *st, obj *o, const cs_event *ev)
     } else {
         /* keep the first events (export, consume) and the latest */
         o->hist[CAP - 1] = *ev;
+        if (o->nflushed == CAP)
+            o->nflushed = CAP - 1;
     }
+}
+
+/* Give the sink what it has not seen of o's history. */
+static void flush(cs_lifecycle *lc, obj *o, judge *j)
+{
+    if (!lc->sink)
+        return;
+    for (unsigned i = o->nflushed; i < o->nhist; i++) {
+        lc->sink(lc->sink_ud, &o->hist[i]);
+        if (j && j->in_hist && i == o->nhist - 1u)
+            j->written = 1;
+    }
+    o->nflushed = o->nhist;
 }
 
 static void reset(cs_lifecycle *lc, obj *o)
@@ -265,23 +299,28 @@ static void reset(cs_lifecycle *lc, obj *o)
     o->state = CS_ST_CREATED;
     o->flags = 0;
     o->nhist = 0;
+    o->nflushed = 0;
     o->capsule = 0;
     o->bytes = 0;
 }
 
-static void report(cs_lifecycle *lc, int kind, const obj *o, const cs_event *ev,
+static void report(cs_lifecycle *lc, judge *j, int kind, obj *o, const cs_event *ev,
                    uint32_t detail, uint64_t value)
 {
-    if (ev && (ev->flags & CS_EVF_INHERITED))
-        return; /* judged in the parent's trace already */
-    if (!ev && o && o->nhist && (o->hist[o->nhist - 1].flags & CS_EVF_INHERITED) &&
-        kind != CS_KIND_DLPACK_LEAK && kind != CS_KIND_NUMPY_LEAK)
-        return;
+    /* the evidence reaches the trace before anyone hears of the finding */
+    if (o && o->key) {
+        o->flags |= OF_TRACED;
+        flush(lc, o, j);
+    }
+    if (lc->sink && j && ev == j->cur && !j->written) {
+        lc->sink(lc->sink_ud, ev);
+        j->written = 1;
+    }
     cs_finding f;
     memset(&f, 0, sizeof f);
     f.kind = (uint16_t)kind;
     f.detail = detail;
-    f.obj = o ? o->key : (ev ? ev->obj : 0);
+    f.obj = o && o->key ? o->key : (ev ? ev->obj : 0);
     f.bytes = o ? o->bytes : 0;
     f.value = value;
     if (o)
@@ -322,7 +361,7 @@ static void entomb(stripe *st, obj *o)
 
 /* ---- DLPack ---- */
 
-static unsigned dlpack_event(cs_lifecycle *lc, stripe *st, const cs_event *ev)
+static unsigned dlpack_event(cs_lifecycle *lc, stripe *st, const cs_event *ev, judge *j)
 {
     obj *o = find(st, ev->obj, CS_NS_DLPACK);
     unsigned verdict = 0;
@@ -331,7 +370,7 @@ static unsigned dlpack_event(cs_lifecycle *lc, stripe *st, const cs_event *ev)
     case CS_EV_EXPORT:
         if (o && (o->state == CS_ST_CREATED || o->state == CS_ST_CONSUMED)) {
             /* the same live struct in a second capsule: judge the newest */
-            hist_add(st, o, ev);
+            hist_add(st, o, ev, j);
             o->capsule = ev->a;
             o->flags &= (uint8_t)~(OF_CAPSULE_DEAD | OF_CAPSULE_USED);
             return 0;
@@ -345,23 +384,23 @@ static unsigned dlpack_event(cs_lifecycle *lc, stripe *st, const cs_event *ev)
             o->flags |= OF_VERSIONED;
         if (ev->flags & CS_EVF_NULL_DELETER)
             o->flags |= OF_NULL_DELETER;
-        hist_add(st, o, ev);
+        hist_add(st, o, ev, j);
         if (ev->flags & CS_EVF_NULL_DELETER)
-            report(lc, CS_KIND_DLPACK_NULL_DELETER, o, NULL, 0, 0);
+            report(lc, j, CS_KIND_DLPACK_NULL_DELETER, o, NULL, 0, 0);
         return 0;
 
     case CS_EV_BAD_TENSOR:
         if (o) {
-            report(lc, CS_KIND_DLPACK_BAD_TENSOR, o, ev, ev->extra, ev->b);
+            report(lc, j, CS_KIND_DLPACK_BAD_TENSOR, o, ev, ev->extra, ev->b);
         } else {
             obj tmp = {.key = ev->obj};
-            report(lc, CS_KIND_DLPACK_BAD_TENSOR, &tmp, ev, ev->extra, ev->b);
+            report(lc, j, CS_KIND_DLPACK_BAD_TENSOR, &tmp, ev, ev->extra, ev->b);
         }
         return 0;
 
     case CS_EV_OWN:
         if (o && o->state != CS_ST_RELEASED)
-            hist_add(st, o, ev);
+            hist_add(st, o, ev, j);
         return 0;
 
     case CS_EV_CONSUME:
@@ -371,12 +410,12 @@ static unsigned dlpack_event(cs_lifecycle *lc, stripe *st, const cs_event *ev)
             o->state = CS_ST_CONSUMED;
             if (ev->a == o->capsule)
                 o->flags |= OF_CAPSULE_USED;
-            hist_add(st, o, ev);
+            hist_add(st, o, ev, j);
             if (ev->flags & CS_EVF_OFFSET_IGNORED)
-                report(lc, CS_KIND_DLPACK_BYTE_OFFSET_IGNORED, o, NULL, 0, ev->c);
+                report(lc, j, CS_KIND_DLPACK_BYTE_OFFSET_IGNORED, o, NULL, 0, ev->c);
         } else {
-            report(lc, CS_KIND_DLPACK_RECONSUME, o, ev, o->state, 0);
-            hist_add(st, o, ev);
+            report(lc, j, CS_KIND_DLPACK_RECONSUME, o, ev, o->state, 0);
+            hist_add(st, o, ev, j);
         }
         return 0;
 
@@ -388,8 +427,8 @@ static unsigned dlpack_event(cs_lifecycle *lc, stripe *st, const cs_event *ev)
             !(ev->flags & CS_EVF_IN_DTOR)) {
             if (o->state == CS_ST_RELEASED && (o->flags & OF_NOT_RENAMED))
                 return 0; /* the unrenamed capsule: already explained */
-            report(lc, CS_KIND_DLPACK_RECONSUME, o, ev, o->state, 0);
-            hist_add(st, o, ev);
+            report(lc, j, CS_KIND_DLPACK_RECONSUME, o, ev, o->state, 0);
+            hist_add(st, o, ev, j);
         }
         return 0;
 
@@ -399,12 +438,12 @@ static unsigned dlpack_event(cs_lifecycle *lc, stripe *st, const cs_event *ev)
         int in_own_dtor = (ev->flags & CS_EVF_IN_DTOR) && ev->a == o->capsule;
         switch (o->state) {
         case CS_ST_CREATED:
-            hist_add(st, o, ev);
+            hist_add(st, o, ev, j);
             if (!in_own_dtor && !(o->flags & OF_CAPSULE_DEAD)) {
                 /* the capsule still says "dltensor": its destructor will
                  * run the deleter again (R8) */
                 o->flags |= OF_NOT_RENAMED;
-                report(lc, CS_KIND_DLPACK_NOT_RENAMED, o, NULL, 0, 0);
+                report(lc, j, CS_KIND_DLPACK_NOT_RENAMED, o, NULL, 0, 0);
             }
             entomb(st, o);
             return 0;
@@ -413,9 +452,9 @@ static unsigned dlpack_event(cs_lifecycle *lc, stripe *st, const cs_event *ev)
                 /* R3: a consumed capsule's destructor must not delete */
                 if (!(o->flags & OF_UNCHECKED)) {
                     o->flags |= OF_UNCHECKED;
-                    report(lc, CS_KIND_DLPACK_UNCHECKED_DESTRUCTOR, o, ev, 0, 0);
+                    report(lc, j, CS_KIND_DLPACK_UNCHECKED_DESTRUCTOR, o, ev, 0, 0);
                 }
-                hist_add(st, o, ev);
+                hist_add(st, o, ev, j);
                 /* unprotected, the call runs and releases the tensor; the
                  * consumer's own delete later is the double free this
                  * finding already explains */
@@ -423,30 +462,30 @@ static unsigned dlpack_event(cs_lifecycle *lc, stripe *st, const cs_event *ev)
                     entomb(st, o);
                 return CS_VERDICT_SKIP;
             }
-            hist_add(st, o, ev);
+            hist_add(st, o, ev, j);
             entomb(st, o);
             return 0;
         case CS_ST_RELEASED:
             verdict = CS_VERDICT_SKIP;
             if ((o->flags & OF_NOT_RENAMED) && in_own_dtor) {
                 /* the double delete that dlpack-not-renamed predicted */
-                hist_add(st, o, ev);
+                hist_add(st, o, ev, j);
                 return verdict;
             }
             if ((o->flags & OF_UNCHECKED) && !in_own_dtor) {
-                hist_add(st, o, ev); /* the consumer's delete after an unchecked destructor */
+                hist_add(st, o, ev, j); /* the consumer's delete after an unchecked destructor */
                 return verdict;
             }
             if (in_own_dtor && (o->flags & OF_CAPSULE_USED)) {
                 if (!(o->flags & OF_UNCHECKED)) {
                     o->flags |= OF_UNCHECKED;
-                    report(lc, CS_KIND_DLPACK_UNCHECKED_DESTRUCTOR, o, ev, 0, 0);
+                    report(lc, j, CS_KIND_DLPACK_UNCHECKED_DESTRUCTOR, o, ev, 0, 0);
                 }
-                hist_add(st, o, ev);
+                hist_add(st, o, ev, j);
                 return verdict;
             }
-            report(lc, CS_KIND_DLPACK_DOUBLE_DELETE, o, ev, 0, 0);
-            hist_add(st, o, ev);
+            report(lc, j, CS_KIND_DLPACK_DOUBLE_DELETE, o, ev, 0, 0);
+            hist_add(st, o, ev, j);
             return verdict;
         }
         return 0;
@@ -458,9 +497,9 @@ static unsigned dlpack_event(cs_lifecycle *lc, stripe *st, const cs_event *ev)
         o->flags |= OF_CAPSULE_DEAD;
         if (o->state == CS_ST_CREATED && !(o->flags & (OF_LEAK_REPORTED | OF_NULL_DELETER))) {
             /* R3: an unconsumed capsule died and nobody released the tensor */
-            hist_add(st, o, ev);
+            hist_add(st, o, ev, j);
             o->flags |= OF_LEAK_REPORTED;
-            report(lc, CS_KIND_DLPACK_LEAK, o, NULL,
+            report(lc, j, CS_KIND_DLPACK_LEAK, o, NULL,
                    ev->extra ? CS_LEAK_NULL_DESTRUCTOR : CS_LEAK_DESTROYED, 0);
         }
         return 0;
@@ -470,7 +509,7 @@ static unsigned dlpack_event(cs_lifecycle *lc, stripe *st, const cs_event *ev)
 
 /* ---- NumPy data blocks ---- */
 
-static unsigned numpy_event(cs_lifecycle *lc, stripe *st, const cs_event *ev)
+static unsigned numpy_event(cs_lifecycle *lc, stripe *st, const cs_event *ev, judge *j)
 {
     obj *o;
     switch (ev->kind) {
@@ -482,26 +521,26 @@ static unsigned numpy_event(cs_lifecycle *lc, stripe *st, const cs_event *ev)
             return 0;
         reset(lc, o);
         o->bytes = ev->a;
-        hist_add(st, o, ev);
+        hist_add(st, o, ev, j);
         return 0;
     case CS_EV_NP_FREE:
         if (!ev->obj)
             return 0; /* R29: free(NULL, n) from sort is legal */
         o = find(st, ev->obj, CS_NS_NUMPY);
         if (o && o->state == CS_ST_CREATED) {
-            hist_add(st, o, ev);
+            hist_add(st, o, ev, j);
             entomb(st, o);
         } else if (o && o->state == CS_ST_RELEASED) {
-            report(lc, CS_KIND_NUMPY_DOUBLE_FREE, o, ev, 0, 0);
+            report(lc, j, CS_KIND_NUMPY_DOUBLE_FREE, o, ev, 0, 0);
         } else if (!o) {
             obj tmp = {.key = ev->obj, .bytes = ev->a};
-            report(lc, CS_KIND_NUMPY_FOREIGN_FREE, &tmp, ev, 0, 0);
+            report(lc, j, CS_KIND_NUMPY_FOREIGN_FREE, &tmp, ev, 0, 0);
         }
         return 0;
     case CS_EV_NP_HANDLER:
         if (ev->extra) {
             obj tmp = {.key = ev->obj};
-            report(lc, CS_KIND_NUMPY_BAD_HANDLER, &tmp, ev, ev->extra, ev->b);
+            report(lc, j, CS_KIND_NUMPY_BAD_HANDLER, &tmp, ev, ev->extra, ev->b);
         }
         return 0;
     }
@@ -511,9 +550,30 @@ static unsigned numpy_event(cs_lifecycle *lc, stripe *st, const cs_event *ev)
 unsigned cs_lc_event(cs_lifecycle *lc, const cs_event *ev)
 {
     stripe *st = stripe_of(lc, ev->obj);
-    if (ev->kind >= CS_EV_NP_ALLOC)
-        return numpy_event(lc, st, ev);
-    return dlpack_event(lc, st, ev);
+    judge j = {ev, 0, 0};
+    int ns = ev->kind >= CS_EV_NP_ALLOC ? CS_NS_NUMPY : CS_NS_DLPACK;
+    unsigned v = ns == CS_NS_NUMPY ? numpy_event(lc, st, ev, &j) : dlpack_event(lc, st, ev, &j);
+    if (lc->sink && !j.written) {
+        /* an object with findings keeps being written as it happens (it
+         * may have moved in the table: look it up again) */
+        obj *o = find(st, ev->obj, ns);
+        if (o && (o->flags & OF_TRACED)) {
+            lc->sink(lc->sink_ud, ev);
+            if (j.in_hist)
+                o->nflushed = o->nhist;
+        }
+    }
+    return v;
+}
+
+void cs_lc_fork_child(cs_lifecycle *lc)
+{
+    for (int i = 0; i < NSTRIPES; i++)
+        for (size_t k = 0; k < lc->s[i].cap; k++) {
+            obj *o = &lc->s[i].tab[k];
+            o->flags &= (uint8_t)~OF_TRACED;
+            o->nflushed = 0;
+        }
 }
 
 int cs_lc_state(cs_lifecycle *lc, int ns, uint64_t o)
@@ -529,22 +589,6 @@ int cs_lc_origin(cs_lifecycle *lc, int ns, uint64_t o, cs_event *out)
         return 0;
     *out = x->hist[0];
     return 1;
-}
-
-void cs_lc_foreach_live(cs_lifecycle *lc, void (*fn)(void *, const cs_event *, int), void *ud)
-{
-    for (int i = 0; i < NSTRIPES; i++) {
-        stripe *st = &lc->s[i];
-        if (lc->threadsafe)
-            pthread_mutex_lock(&st->mu);
-        for (size_t j = 0; j < st->cap; j++) {
-            obj *o = &st->tab[j];
-            if (o->key && o->state != CS_ST_RELEASED && o->nhist)
-                fn(ud, o->hist, o->nhist);
-        }
-        if (lc->threadsafe)
-            pthread_mutex_unlock(&st->mu);
-    }
 }
 
 size_t cs_lc_live(cs_lifecycle *lc)
@@ -575,9 +619,9 @@ int cs_lc_finish(cs_lifecycle *lc, int how)
                 continue;
             o->flags |= OF_LEAK_REPORTED;
             if (o->ns == CS_NS_NUMPY) {
-                report(lc, CS_KIND_NUMPY_LEAK, o, NULL, 0, 0);
+                report(lc, NULL, CS_KIND_NUMPY_LEAK, o, NULL, 0, 0);
             } else {
-                report(lc, CS_KIND_DLPACK_LEAK, o, NULL,
+                report(lc, NULL, CS_KIND_DLPACK_LEAK, o, NULL,
                        o->state == CS_ST_CONSUMED ? CS_LEAK_CONSUMED : CS_LEAK_NEVER_CONSUMED, 0);
             }
             n++;

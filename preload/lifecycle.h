@@ -66,6 +66,17 @@ void cs_lc_set_protect(cs_lifecycle *lc, int on);
 void cs_lc_lock(cs_lifecycle *lc, uint64_t obj);
 void cs_lc_unlock(cs_lifecycle *lc, uint64_t obj);
 
+/* Write-behind: events stay in their object's in-memory history until the
+ * object has a finding; then its unwritten history, and from then on each
+ * of its events, go to the sink (the trace) before the finding callback
+ * runs. Without a sink (the reader, or record_all=1 where the runtime
+ * writes every event itself) nothing is forwarded. */
+typedef void (*cs_event_sink)(void *ud, const cs_event *ev);
+void cs_lc_set_sink(cs_lifecycle *lc, cs_event_sink sink, void *ud);
+/* A forked child writes a new trace: its objects' histories count as
+ * unwritten again. */
+void cs_lc_fork_child(cs_lifecycle *lc);
+
 /* Verdict bits returned by cs_lc_event */
 #define CS_VERDICT_SKIP 1u  /* a repeated delete: protect=1 may skip the call */
 
@@ -91,11 +102,6 @@ int cs_lc_state(cs_lifecycle *lc, int ns, uint64_t obj);
 /* The event that created the object (EXPORT / NP_ALLOC), also for a
  * tombstone; 1 if known. Runtime: call with the stripe locked. */
 int cs_lc_origin(cs_lifecycle *lc, int ns, uint64_t obj, cs_event *out);
-
-/* Every live object's history, in order (a forked child's new trace
- * starts with them). Takes each stripe lock in turn when threadsafe. */
-void cs_lc_foreach_live(cs_lifecycle *lc, void (*fn)(void *ud, const cs_event *hist, int n),
-                        void *ud);
 
 /* fork(): lock every stripe before, unlock after (parent and child). */
 void cs_lc_lock_all(cs_lifecycle *lc);

@@ -31,6 +31,7 @@ extern char **environ;
 cs_lifecycle *cs_lc;
 volatile int cs_recording;
 static atomic_int started, finished;
+static _Atomic uint64_t n_events;
 
 /* ---- emit ---- */
 
@@ -82,8 +83,10 @@ unsigned cs_emit(cs_event *ev, int want_stack, cs_event *origin, int *found)
     } else {
         v &= ~CS_VERDICT_SKIP;
     }
-    cs_trace_write(CS_REC_EVENT, ev, sizeof *ev);
+    if (cs_opt.record_all)
+        cs_trace_write(CS_REC_EVENT, ev, sizeof *ev);
     cs_lc_unlock(cs_lc, ev->obj);
+    atomic_fetch_add_explicit(&n_events, 1, memory_order_relaxed);
     cs_findings_flush();
     t->busy = 0;
     if (cs_opt.halt_on_error && cs_findings_errors())
@@ -116,15 +119,13 @@ static void write_process(void)
     cs_trace_write_strs(CS_REC_PROCESS, &p, sizeof p, argv, argc + 1);
 }
 
-static void write_inherited(void *ud, const cs_event *hist, int n)
+/* The lifecycle's sink: the history of an object with a finding. Called
+ * under the object's stripe lock (lock order: stripe, stack tree, file). */
+static void sink(void *ud, const cs_event *ev)
 {
     (void)ud;
-    for (int i = 0; i < n; i++) {
-        cs_event ev = hist[i];
-        ev.flags |= CS_EVF_INHERITED;
-        cs_stack_ensure(ev.stack);
-        cs_trace_write(CS_REC_EVENT, &ev, sizeof ev);
-    }
+    cs_stack_ensure(ev->stack);
+    cs_trace_write(CS_REC_EVENT, ev, sizeof *ev);
 }
 
 static void prologue(void)
@@ -135,8 +136,6 @@ static void prologue(void)
     const char *o[1] = {opts};
     cs_trace_write_strs(CS_REC_OPTIONS, "", 0, o, 1);
     cs_modules_note();
-    if (cs_lc)
-        cs_lc_foreach_live(cs_lc, write_inherited, NULL);
 }
 
 /* ---- finishing ---- */
@@ -178,7 +177,8 @@ int cs_runtime_finish(int how, int status)
         cs_findings_flush();
     }
     if (cs_trace_started()) {
-        cs_rec_end e = {.how = (uint32_t)how, .status = status, .time_ns = cs_now_ns()};
+        cs_rec_end e = {.how = (uint32_t)how, .status = status, .time_ns = cs_now_ns(),
+                        .events = atomic_load(&n_events)};
         cs_trace_write(CS_REC_END, &e, sizeof e);
     }
     cs_findings_summary();
@@ -333,22 +333,32 @@ static cs_hook all_hooks[32];
 
 void cs_findings_reset_child(void);
 
+/* the same order as everywhere else: stripes, stack tree, trace file */
 static void fork_prepare(void)
 {
     if (cs_lc)
         cs_lc_lock_all(cs_lc);
+    cs_stack_fork_lock(1);
+    cs_trace_fork_lock(1);
 }
 
 static void fork_parent(void)
 {
+    cs_trace_fork_lock(0);
+    cs_stack_fork_lock(0);
     if (cs_lc)
         cs_lc_unlock_all(cs_lc);
 }
 
 static void fork_child(void)
 {
-    if (cs_lc)
+    cs_trace_fork_lock(0);
+    cs_stack_fork_lock(0);
+    if (cs_lc) {
         cs_lc_unlock_all(cs_lc);
+        cs_lc_fork_child(cs_lc);
+    }
+    atomic_store(&n_events, 0);
     /* the child writes its own log_path.PID, starting with what it
      * inherited; its findings and exit status are its own */
     cs_trace_atfork_child();
@@ -369,7 +379,8 @@ static void on_crash(int sig, siginfo_t *si, void *ucv)
         cs_recording = 0;
         if (cs_trace_started()) {
             cs_rec_end e = {.how = CS_END_SIGNAL, .status = sig, .time_ns = cs_now_ns(),
-                            .fault_addr = (uint64_t)(uintptr_t)si->si_addr, .pc = pc};
+                            .fault_addr = (uint64_t)(uintptr_t)si->si_addr, .pc = pc,
+                            .events = atomic_load(&n_events)};
             cs_trace_write(CS_REC_END, &e, sizeof e);
             cs_trace_close();
         }
@@ -429,6 +440,8 @@ int capsan_start(void)
     if (!cs_lc)
         return 0;
     cs_lc_set_protect(cs_lc, cs_opt.protect);
+    if (!cs_opt.record_all)
+        cs_lc_set_sink(cs_lc, sink, NULL);
     cs_findings_init();
     cs_thread_init();
     cs_stack_init((void *)self_marker);

@@ -415,3 +415,11 @@ uint32_t cs_stack_capture(cs_thread *t, int gil)
     }
     return tree_insert(vals, n);
 }
+
+void cs_stack_fork_lock(int lock)
+{
+    if (lock)
+        pthread_mutex_lock(&tree_mu);
+    else
+        pthread_mutex_unlock(&tree_mu);
+}

@@ -21,6 +21,9 @@ void cs_stack_cache_free(struct cs_stack_cache *c);
 /* Flush libunwind's caches (after dlclose). */
 void cs_stack_flush(void);
 
+/* fork(): hold (1) or release (0) the tree's lock around it. */
+void cs_stack_fork_lock(int lock);
+
 /* In-process reading, for the live report. */
 int cs_stack_raw(uint32_t id, uint64_t *vals, int max);
 int cs_stack_code(uint32_t code_id, const char **file, const char **name);

@@ -256,7 +256,6 @@ void cs_trace_atfork_child(void)
     if (fd >= 0)
         close(fd);
     fd = -1;
-    pthread_mutex_init(&grow_mu, NULL);
     atomic_store(&wr_off, 0);
     atomic_store(&state, 0);
     atomic_fetch_add(&gen, 1);
@@ -272,4 +271,12 @@ void cs_trace_close(void)
         if (c)
             msync(c, CHUNK, MS_ASYNC);
     }
+}
+
+void cs_trace_fork_lock(int lock)
+{
+    if (lock)
+        pthread_mutex_lock(&grow_mu);
+    else
+        pthread_mutex_unlock(&grow_mu);
 }

@@ -34,6 +34,8 @@ const char *cs_trace_path(void); /* "" until created */
 int cs_trace_started(void);
 
 void cs_trace_atfork_child(void);
+/* fork(): hold (1) or release (0) the growth lock around it. */
+void cs_trace_fork_lock(int lock);
 /* Flush to disk (msync) and stop writing. */
 void cs_trace_close(void);
 

@@ -107,6 +107,7 @@ typedef struct cs_rec_end {
     uint64_t time_ns;     /* CLOCK_MONOTONIC */
     uint64_t fault_addr;  /* signal: si_addr */
     uint64_t pc;          /* signal: the faulting instruction */
+    uint64_t events;      /* events observed (the trace holds those of objects with findings) */
 } cs_rec_end;
 
 /* One lifecycle event: the payload of CS_REC_EVENT and the input of
@@ -152,7 +153,6 @@ enum cs_name_state { CS_NAME_UNCONSUMED = 0, CS_NAME_USED = 1, CS_NAME_OTHER = 2
 #define CS_EVF_IN_DTOR 0x08     /* DELETE from inside a capsule destructor (a) */
 #define CS_EVF_OFFSET_IGNORED 0x10 /* CONSUME by a consumer that ignores byte_offset (b) */
 #define CS_EVF_NO_PYTHON 0x20   /* Py_IsInitialized() was false */
-#define CS_EVF_INHERITED 0x40   /* a forked child's copy of a parent event */
 
 /* CS_EV_BAD_TENSOR detail codes (extra) */
 enum cs_bad {

@@ -479,7 +479,8 @@ static int report_one(const char *path, report_ctx *c, FILE *errf)
         text_header(c);
     }
     cs_trace_replay(t, on_finding, c);
-    c->sum.events = t->nevents;
+    /* the trace keeps the events of objects with findings; END counts all */
+    c->sum.events = t->has_end && t->end.events > t->nevents ? t->end.events : t->nevents;
     if (c->format == FMT_JSON)
         cs_json_process_end(&c->json, &c->sum);
     else {

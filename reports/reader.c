@@ -399,9 +399,11 @@ static const char *parse_record(cs_trace *t, unsigned type, const uint8_t *p,
     case CS_REC_THREAD:
         return parse_thread(t, p, n);
     case CS_REC_END:
-        if (n < sizeof t->end)
+        /* `events` was appended later: older END records lack it */
+        if (n < offsetof(cs_rec_end, events))
             return "END record too short";
-        memcpy(&t->end, p, sizeof t->end);
+        memset(&t->end, 0, sizeof t->end);
+        memcpy(&t->end, p, n < sizeof t->end ? n : sizeof t->end);
         t->has_end = 1;
         return NULL;
     case CS_REC_OPTIONS: {

@@ -8,7 +8,9 @@ has events), so "no findings" is never the result of seeing nothing.
 """
 import re
 
-from conftest import (SCENARIOS, findings, process_of, run_capsan, run_plain,
+import pytest
+
+from conftest import (SCENARIOS, contract_options, findings, process_of, run_capsan, run_plain,
                       summarize)
 
 S = SCENARIOS
@@ -159,3 +161,43 @@ def test_many_short_lived_exports_clean(tmp_path):
     res = run_capsan(code, tmp_path)
     assert_clean(res, min_events=40000 * 2)
 
+
+
+def test_views_alive_at_exit_are_not_leaks(tmp_path, interp):
+    """Tensors kept in globals (and in a reference cycle) until the end are
+    released during finalization: no dlpack-leak."""
+    res = run_capsan(S / "clean_alive_at_exit.py", tmp_path, interpreter=interp)
+    assert_clean(res, min_events=6 * 2)
+    assert "exiting with live views 45.0 45" in res.stdout
+
+
+def test_clean_program_keeps_its_exit_status(tmp_path, interp):
+    code = ("import sys, numpy as np, torch\n"
+            "t = torch.from_dlpack(np.arange(4))\n"
+            "sys.exit(5)\n")
+    res = run_capsan(code, tmp_path / "a", interpreter=interp)
+    assert res.returncode == 5, res.describe()
+    assert findings(res.report) == []
+    code = ("import numpy as np, torch\n"
+            "t = torch.from_dlpack(np.arange(4))\n"
+            "raise SystemError('boom')\n")
+    res = run_capsan(code, tmp_path / "b", interpreter=interp)
+    assert res.returncode == 1, res.describe()
+    assert "SystemError: boom" in res.stderr
+    assert findings(res.report) == []
+
+
+def _need_record_all():
+    if "record_all" not in contract_options():
+        pytest.skip("options.inc has no record_all option: full-trace replay not available")
+
+
+@pytest.mark.parametrize("script,args", [("clean_threads.py", ["1000"]), ("clean_roundtrip.py", []),
+                                         ("clean_fixtures.py", []), ("clean_fork.py", [])])
+def test_full_trace_replays_clean(tmp_path, script, args):
+    """record_all=1 writes every event; the offline replay of the whole stream
+    (events of 4 threads interleaved, forks) must judge it as clean as the live run."""
+    _need_record_all()
+    res = run_capsan(S / script, tmp_path, options=["record_all=1"], args=args)
+    nprocs = 2 if script == "clean_fork.py" else 1
+    assert_clean(res, min_events=10, nprocs=nprocs)

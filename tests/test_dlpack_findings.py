@@ -6,14 +6,15 @@ Each finding test asserts the kind, the script line (found by its
 `# <-- tag` marker) of the event that matters, the exit status and the
 LeakSanitizer-style text on stderr.
 """
+import json
 import signal
 import subprocess
 import time
 
 import pytest
 
-from conftest import (CAPSAN, DEFAULT_EXITCODE, LIBCAPSAN, SCENARIOS, STATIC_PY,
-                      assert_finding_at, assert_lsan_stderr, base_env, capsan_report,
+from conftest import (CAPSAN, DEFAULT_EXITCODE, LIBCAPSAN, SCENARIOS, STATIC_PY, Result,
+                      assert_finding_at, check_schema, assert_lsan_stderr, base_env, capsan_report,
                       contract_kinds, contract_options, findings, is_signal, kinds, marker_line,
                       process_of, require_fixtures, require_runtime, run_capsan, run_plain, trace_files)
 
@@ -72,6 +73,11 @@ def test_double_delete(tmp_path, interp, variant):
     assert_finding_at(res, "dlpack-double-delete", script, "export" + sfx, event="export")
     dels = [e for e in f["events"] if e["event"] == "delete"]
     assert len(dels) >= 2, f"a double delete needs two delete events: {f['events']}"
+    # native frames are merged in and symbolized: the consumer's C function is named
+    fn = "double_delete_versioned" if sfx else "double_delete"
+    assert any(not fr["python"] and fr.get("function") == fn
+               and str(fr.get("module", "")).endswith("dlconsumer.so")
+               for fr in dels[-1]["stack"]), [fr.get("function") for fr in dels[-1]["stack"]]
     only_kinds(res, ["dlpack-double-delete"])
     assert_lsan_stderr(res.stderr, "dlpack-double-delete")
     assert process_of(res.report)["ended"] == "exit"
@@ -163,6 +169,10 @@ def test_reconsume(tmp_path, interp):
     assert_finding_at(res, "dlpack-reconsume", script, "reconsume")
     only_kinds(res, ["dlpack-reconsume"])
     assert_lsan_stderr(res.stderr, "dlpack-reconsume")
+    pid = process_of(res.report)["pid"]
+    assert f"=={pid}==ERROR: capsan: dlpack-reconsume" in res.stderr, res.stderr
+    line = marker_line(script, "reconsume")
+    assert f"dl_reconsume.py:{line}" in res.stderr, res.stderr
 
 
 # ---------------------------------------------------------------- leak
@@ -461,3 +471,53 @@ def test_suppression_option_in_runtime(tmp_path):
                      args=["consumed"])
     error_exit(res)
     assert "dlpack-leak" in res.stderr
+
+
+def test_report_json_option_writes_pid_json(tmp_path):
+    """report=json writes log_path.PID.json (the same schema as `capsan report`)
+    instead of the text report on stderr."""
+    res = run_capsan(S / "dl_reconsume.py", tmp_path, options=["report=json"])
+    error_exit(res)
+    assert "ERROR: capsan:" not in res.stderr, res.stderr
+    assert len(res.traces) == 1
+    js = tmp_path / (res.traces[0].name + ".json")
+    assert js.exists(), sorted(p.name for p in tmp_path.iterdir())
+    rep = json.loads(js.read_text())
+    check_schema(rep)
+    assert kinds(rep) == {"dlpack-reconsume"}
+    assert_finding_at(Result(res.returncode, "", "", rep), "dlpack-reconsume",
+                      S / "dl_reconsume.py", "reconsume")
+
+
+def test_text_report_names_the_python_line(tmp_path):
+    script = S / "dl_double_delete.py"
+    res = run_capsan(script, tmp_path, options=["protect=1"], args=["legacy"])
+    cp, _ = capsan_report(res.traces, fmt="text")
+    line = marker_line(script, "delete")
+    assert f"dl_double_delete.py:{line}" in cp.stdout, cp.stdout
+    assert "ERROR: capsan: dlpack-double-delete" in cp.stdout
+    assert "SUMMARY: capsan:" in cp.stdout
+    # and so does the live report on stderr
+    assert f"dl_double_delete.py:{line}" in res.stderr
+
+
+@pytest.mark.parametrize("name,args,opts", [
+    ("dl_double_delete.py", ["legacy"], ["protect=1"]),
+    ("dl_unchecked.py", ["consume_leak"], []),
+    ("dl_not_renamed.py", [], ["protect=1"]),
+    ("dl_leak.py", ["no_destructor"], []),
+    ("dl_halt.py", [], []),
+])
+def test_full_trace_replay_matches_live_findings(tmp_path, name, args, opts):
+    """With record_all=1 the offline replay judges every event again; it must
+    reach the same findings as the live runtime (one lifecycle module, two users)."""
+    if "record_all" not in contract_options():
+        pytest.skip("options.inc has no record_all option")
+    live = run_capsan(S / name, tmp_path / "live", options=opts, args=args)
+    full = run_capsan(S / name, tmp_path / "full", options=opts + ["record_all=1"], args=args)
+    assert live.returncode == full.returncode == DEFAULT_EXITCODE, live.describe() + full.describe()
+
+    def sig(r):
+        return sorted((f["kind"], tuple(e["event"] for e in f["events"])) for f in findings(r.report))
+    assert sig(live) == sig(full), (sig(live), sig(full))
+    assert sig(live)
