@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "dltensor.h"
+#include "spin.h"
 #include "options.h"
 #include "pyapi.h"
 #include "runtime.h"
@@ -60,17 +61,10 @@ typedef struct capent {
 
 #define CSTRIPES 16
 static struct {
-    pthread_mutex_t mu;
+    cs_spin mu;
     capent *tab;
     size_t cap, used;
 } ctab[CSTRIPES];
-static pthread_once_t ctab_once = PTHREAD_ONCE_INIT;
-
-static void ctab_init(void)
-{
-    for (int i = 0; i < CSTRIPES; i++)
-        pthread_mutex_init(&ctab[i].mu, NULL);
-}
 
 static inline size_t chash(const void *p) { return ((uintptr_t)p >> 4) * 0x9e3779b97f4a7c15ull >> 20; }
 #define CSTRIPE(p) (&ctab[chash(p) % CSTRIPES])
@@ -90,12 +84,12 @@ static capent *cfind(size_t sidx, const void *cap)
 static int cadd(const capent *e)
 {
     size_t s = chash(e->cap) % CSTRIPES;
-    pthread_mutex_lock(&ctab[s].mu);
+    cs_spin_lock(&ctab[s].mu);
     if ((ctab[s].used + 1) * 2 > ctab[s].cap) {
         size_t ncap = ctab[s].cap ? ctab[s].cap * 2 : 64;
         capent *nt = calloc(ncap, sizeof *nt);
         if (!nt) {
-            pthread_mutex_unlock(&ctab[s].mu);
+            cs_spin_unlock(&ctab[s].mu);
             return -1;
         }
         for (size_t j = 0; j < ctab[s].cap; j++) {
@@ -115,7 +109,7 @@ static int cadd(const capent *e)
         i = (i + 1) & m;
     ctab[s].tab[i] = *e;
     ctab[s].used++;
-    pthread_mutex_unlock(&ctab[s].mu);
+    cs_spin_unlock(&ctab[s].mu);
     return 0;
 }
 
@@ -123,7 +117,7 @@ static int cadd(const capent *e)
 static int cget(const void *cap, capent *out, int remove)
 {
     size_t s = chash(cap) % CSTRIPES;
-    pthread_mutex_lock(&ctab[s].mu);
+    cs_spin_lock(&ctab[s].mu);
     capent *e = cfind(s, cap);
     if (e) {
         *out = *e;
@@ -140,14 +134,14 @@ static int cget(const void *cap, capent *out, int remove)
             ctab[s].used--;
         }
     }
-    pthread_mutex_unlock(&ctab[s].mu);
+    cs_spin_unlock(&ctab[s].mu);
     return e != NULL;
 }
 
 static int cupdate(const void *cap, cs_capsule_dtor orig, void *mt, int set_mt)
 {
     size_t s = chash(cap) % CSTRIPES;
-    pthread_mutex_lock(&ctab[s].mu);
+    cs_spin_lock(&ctab[s].mu);
     capent *e = cfind(s, cap);
     if (e) {
         if (set_mt)
@@ -155,7 +149,7 @@ static int cupdate(const void *cap, cs_capsule_dtor orig, void *mt, int set_mt)
         else
             e->orig = orig;
     }
-    pthread_mutex_unlock(&ctab[s].mu);
+    cs_spin_unlock(&ctab[s].mu);
     return e != NULL;
 }
 
@@ -212,7 +206,9 @@ static void capsule_dtor_tramp(PyObject_ *cap)
                                      : nk == NK_USED || nk == NK_USEDV ? CS_NAME_USED
                                                                        : CS_NAME_OTHER),
                    .extra = e.orig == NULL};
-    cs_emit(&ev, 1, NULL, NULL);
+    /* the death of a consumed capsule is the normal case and no finding
+     * ever shows it: only an unconsumed one's needs a stack */
+    cs_emit(&ev, ev.aux != CS_NAME_USED, NULL, NULL);
 }
 
 /* ---- hooks ---- */
@@ -258,15 +254,16 @@ static PyObject_ *hook_New(void *ptr, const char *name, cs_capsule_dtor dtor)
     if (nk == NK_NPDL) {
         PyObject_ *cap = cs_py.Capsule_New(ptr, name, dtor);
         if (cap && ptr) {
+            /* numpy's own capsule, made inside the from_dlpack call whose
+             * consume event has the stack: this one needs none */
             cs_event ev = {.kind = CS_EV_OWN, .obj = (uint64_t)(uintptr_t)ptr,
                            .a = (uint64_t)(uintptr_t)cap};
-            cs_emit(&ev, 1, NULL, NULL);
+            cs_emit(&ev, 0, NULL, NULL);
         }
         return cap;
     }
     if (nk != NK_DL && nk != NK_DLV)
         return cs_py.Capsule_New(ptr, name, dtor);
-    pthread_once(&ctab_once, ctab_init);
     PyObject_ *cap = cs_py.Capsule_New(ptr, name, capsule_dtor_tramp);
     if (!cap)
         return NULL;
@@ -294,7 +291,6 @@ static int hook_SetName(PyObject_ *cap, const char *name)
     if (!cs_recording)
         return cs_py.Capsule_SetName(cap, name);
     capent e;
-    pthread_once(&ctab_once, ctab_init);
     if (!cget(cap, &e, 0))
         return cs_py.Capsule_SetName(cap, name);
     int rc = cs_py.Capsule_SetName(cap, name);
@@ -309,14 +305,12 @@ static int hook_SetName(PyObject_ *cap, const char *name)
             ev.flags |= CS_EVF_OFFSET_IGNORED;
             ev.c = off;
         }
-        cs_emit(&ev, 1, NULL, NULL);
         /* R20: the loaned metadata must not have changed since export */
         cs_event origin;
         int found;
-        cs_lc_lock(cs_lc, ev.obj);
-        found = cs_lc_origin(cs_lc, CS_NS_DLPACK, ev.obj, &origin);
-        cs_lc_unlock(cs_lc, ev.obj);
-        if (found && origin.extra && origin.extra != cs_dl_fingerprint(e.mt, e.versioned)) {
+        uint32_t fp = cs_dl_fingerprint(e.mt, e.versioned);
+        cs_emit(&ev, 1, &origin, &found);
+        if (found && origin.kind == CS_EV_EXPORT && origin.extra && origin.extra != fp) {
             cs_event b = {.kind = CS_EV_BAD_TENSOR, .obj = ev.obj, .a = ev.a, .aux = 20,
                           .extra = CS_BAD_MUTATED, .stack = ev.stack};
             cs_emit(&b, 0, NULL, NULL);
@@ -362,7 +356,6 @@ static int hook_IsValid(PyObject_ *cap, const char *name)
 static int hook_SetDestructor(PyObject_ *cap, cs_capsule_dtor d)
 {
     /* our wrapper stays in place; the new destructor becomes the original */
-    pthread_once(&ctab_once, ctab_init);
     if (cupdate(cap, d, NULL, 0))
         return 0;
     return cs_py.Capsule_SetDestructor(cap, d);
@@ -372,7 +365,6 @@ static cs_capsule_dtor hook_GetDestructor(PyObject_ *cap)
 {
     capent e;
     cs_capsule_dtor d = cs_py.Capsule_GetDestructor(cap);
-    pthread_once(&ctab_once, ctab_init);
     if (d == capsule_dtor_tramp && cget(cap, &e, 0))
         return e.orig;
     return d;
@@ -381,7 +373,6 @@ static cs_capsule_dtor hook_GetDestructor(PyObject_ *cap)
 static int hook_SetPointer(PyObject_ *cap, void *p)
 {
     int rc = cs_py.Capsule_SetPointer(cap, p);
-    pthread_once(&ctab_once, ctab_init);
     if (rc == 0)
         cupdate(cap, NULL, p, 1);
     return rc;

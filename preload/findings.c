@@ -17,8 +17,10 @@
 #include "suppress.h"
 #include "tracefile.h"
 
-static __thread cs_finding *pending;
-static __thread unsigned npending, cappending;
+/* initial-exec: the default model would call __tls_get_addr per event */
+static __thread cs_finding *pending __attribute__((tls_model("initial-exec")));
+static __thread unsigned npending __attribute__((tls_model("initial-exec")));
+static __thread unsigned cappending __attribute__((tls_model("initial-exec")));
 static pthread_mutex_t print_mu = PTHREAD_MUTEX_INITIALIZER;
 static cs_summary summary;
 static _Atomic unsigned n_errors, n_total;

@@ -6,14 +6,15 @@
  * free is recognised; each stripe keeps at most TOMB_PER_STRIPE of them in a
  * FIFO, a bound shared by the runtime and the reader so both judge alike. */
 #include "lifecycle.h"
+#include "spin.h"
 
-#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define NSTRIPES 64
-#define TOMB_PER_STRIPE 1024
+#define TOMB_PER_STRIPE 128
 
 static const struct {
     const char *name;
@@ -68,7 +69,7 @@ typedef struct tomb {
 } tomb;
 
 typedef struct stripe {
-    pthread_mutex_t mu;
+    cs_spin mu;
     obj *tab;
     size_t cap, used;
     tomb fifo[TOMB_PER_STRIPE];
@@ -84,6 +85,7 @@ struct cs_lifecycle {
     int protect;
     cs_event_sink sink;
     void *sink_ud;
+    _Atomic int64_t live[4]; /* cs_lc_totals, in that order */
     uint32_t gen;
     stripe s[NSTRIPES];
 };
@@ -111,9 +113,7 @@ cs_lifecycle *cs_lc_create(cs_finding_cb cb, void *ud, int threadsafe)
     lc->cb = cb;
     lc->ud = ud;
     lc->threadsafe = threadsafe;
-    for (int i = 0; i < NSTRIPES; i++)
-        pthread_mutex_init(&lc->s[i].mu, NULL);
-    return lc;
+    return lc; /* calloc: every lock starts clear */
 }
 
 void cs_lc_set_protect(cs_lifecycle *lc, int on) { lc->protect = on; }
@@ -138,7 +138,6 @@ void cs_lc_destroy(cs_lifecycle *lc)
             free(h);
         }
         free(st->tab);
-        pthread_mutex_destroy(&st->mu);
     }
     free(lc);
 }
@@ -146,25 +145,25 @@ void cs_lc_destroy(cs_lifecycle *lc)
 void cs_lc_lock(cs_lifecycle *lc, uint64_t o)
 {
     if (lc->threadsafe)
-        pthread_mutex_lock(&stripe_of(lc, o)->mu);
+        cs_spin_lock(&stripe_of(lc, o)->mu);
 }
 
 void cs_lc_unlock(cs_lifecycle *lc, uint64_t o)
 {
     if (lc->threadsafe)
-        pthread_mutex_unlock(&stripe_of(lc, o)->mu);
+        cs_spin_unlock(&stripe_of(lc, o)->mu);
 }
 
 void cs_lc_lock_all(cs_lifecycle *lc)
 {
     for (int i = 0; i < NSTRIPES; i++)
-        pthread_mutex_lock(&lc->s[i].mu);
+        cs_spin_lock(&lc->s[i].mu);
 }
 
 void cs_lc_unlock_all(cs_lifecycle *lc)
 {
     for (int i = 0; i < NSTRIPES; i++)
-        pthread_mutex_unlock(&lc->s[i].mu);
+        cs_spin_unlock(&lc->s[i].mu);
 }
 
 /* ---- open-addressing table with backward-shift deletion ---- */
@@ -332,10 +331,28 @@ static void report(cs_lifecycle *lc, judge *j, int kind, obj *o, const cs_event 
         lc->cb(lc->ud, &f);
 }
 
+/* ---- live totals: an object counts from creation to release ---- */
+static void count(cs_lifecycle *lc, const obj *o, int sign)
+{
+    int i = o->ns == CS_NS_NUMPY ? 2 : 0;
+    atomic_fetch_add_explicit(&lc->live[i], sign, memory_order_relaxed);
+    atomic_fetch_add_explicit(&lc->live[i + 1], sign * (int64_t)o->bytes, memory_order_relaxed);
+}
+
+void cs_lc_totals_get(cs_lifecycle *lc, cs_lc_totals *t)
+{
+    t->dlpack = atomic_load(&lc->live[0]);
+    t->dlpack_bytes = atomic_load(&lc->live[1]);
+    t->numpy = atomic_load(&lc->live[2]);
+    t->numpy_bytes = atomic_load(&lc->live[3]);
+}
+
 /* A released object becomes a tombstone; the oldest tombstone of the
  * stripe is forgotten when the FIFO is full. */
-static void entomb(stripe *st, obj *o)
+static void entomb(cs_lifecycle *lc, stripe *st, obj *o)
 {
+    if (o->state != CS_ST_RELEASED)
+        count(lc, o, -1);
     o->state = CS_ST_RELEASED;
     if (st->fifo_len == TOMB_PER_STRIPE) {
         tomb *t = &st->fifo[st->fifo_head];
@@ -380,6 +397,7 @@ static unsigned dlpack_event(cs_lifecycle *lc, stripe *st, const cs_event *ev, j
         reset(lc, o);
         o->capsule = ev->a;
         o->bytes = ev->c;
+        count(lc, o, 1);
         if (ev->aux & CS_DLV_VERSIONED)
             o->flags |= OF_VERSIONED;
         if (ev->flags & CS_EVF_NULL_DELETER)
@@ -445,7 +463,7 @@ static unsigned dlpack_event(cs_lifecycle *lc, stripe *st, const cs_event *ev, j
                 o->flags |= OF_NOT_RENAMED;
                 report(lc, j, CS_KIND_DLPACK_NOT_RENAMED, o, NULL, 0, 0);
             }
-            entomb(st, o);
+            entomb(lc, st, o);
             return 0;
         case CS_ST_CONSUMED:
             if (in_own_dtor) {
@@ -459,11 +477,11 @@ static unsigned dlpack_event(cs_lifecycle *lc, stripe *st, const cs_event *ev, j
                  * consumer's own delete later is the double free this
                  * finding already explains */
                 if (!lc->protect)
-                    entomb(st, o);
+                    entomb(lc, st, o);
                 return CS_VERDICT_SKIP;
             }
             hist_add(st, o, ev, j);
-            entomb(st, o);
+            entomb(lc, st, o);
             return 0;
         case CS_ST_RELEASED:
             verdict = CS_VERDICT_SKIP;
@@ -517,10 +535,13 @@ static unsigned numpy_event(cs_lifecycle *lc, stripe *st, const cs_event *ev, ju
         if (!ev->obj)
             return 0; /* R32: numpy 1.24 tracks failed allocations as NULL */
         o = find(st, ev->obj, CS_NS_NUMPY);
+        if (o && o->state == CS_ST_CREATED)
+            count(lc, o, -1); /* a missed free: the old block is gone */
         if (!o && !(o = insert(st, ev->obj, CS_NS_NUMPY)))
             return 0;
         reset(lc, o);
         o->bytes = ev->a;
+        count(lc, o, 1);
         hist_add(st, o, ev, j);
         return 0;
     case CS_EV_NP_FREE:
@@ -529,7 +550,7 @@ static unsigned numpy_event(cs_lifecycle *lc, stripe *st, const cs_event *ev, ju
         o = find(st, ev->obj, CS_NS_NUMPY);
         if (o && o->state == CS_ST_CREATED) {
             hist_add(st, o, ev, j);
-            entomb(st, o);
+            entomb(lc, st, o);
         } else if (o && o->state == CS_ST_RELEASED) {
             report(lc, j, CS_KIND_NUMPY_DOUBLE_FREE, o, ev, 0, 0);
         } else if (!o) {
@@ -611,7 +632,7 @@ int cs_lc_finish(cs_lifecycle *lc, int how)
     for (int i = 0; i < NSTRIPES; i++) {
         stripe *st = &lc->s[i];
         if (lc->threadsafe)
-            pthread_mutex_lock(&st->mu);
+            cs_spin_lock(&st->mu);
         for (size_t j = 0; j < st->cap; j++) {
             obj *o = &st->tab[j];
             if (!o->key || o->state == CS_ST_RELEASED ||
@@ -627,7 +648,7 @@ int cs_lc_finish(cs_lifecycle *lc, int how)
             n++;
         }
         if (lc->threadsafe)
-            pthread_mutex_unlock(&st->mu);
+            cs_spin_unlock(&st->mu);
     }
     return n;
 }

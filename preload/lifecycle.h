@@ -92,6 +92,12 @@ int cs_lc_finish(cs_lifecycle *lc, int how);
 /* Live objects right now (tests, reports). */
 size_t cs_lc_live(cs_lifecycle *lc);
 
+/* Running totals of live objects, kept as events are judged (cheap). */
+typedef struct cs_lc_totals {
+    int64_t dlpack, dlpack_bytes, numpy, numpy_bytes;
+} cs_lc_totals;
+void cs_lc_totals_get(cs_lifecycle *lc, cs_lc_totals *out);
+
 /* Object namespaces: a DLPack struct and a NumPy block may share an address
  * over time, so they are judged apart. */
 enum cs_ns { CS_NS_DLPACK = 0, CS_NS_NUMPY = 1 };

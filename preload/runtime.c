@@ -32,6 +32,26 @@ cs_lifecycle *cs_lc;
 volatile int cs_recording;
 static atomic_int started, finished;
 static _Atomic uint64_t n_events;
+static _Atomic uint64_t next_counts; /* when the next COUNTS record is due */
+
+static void write_counts(uint64_t now)
+{
+    cs_lc_totals t;
+    cs_lc_totals_get(cs_lc, &t);
+    cs_rec_counts c = {.time_ns = now, .events = atomic_load(&n_events),
+                       .live_dlpack = (uint64_t)t.dlpack, .live_dlpack_bytes = (uint64_t)t.dlpack_bytes,
+                       .live_numpy = (uint64_t)t.numpy, .live_numpy_bytes = (uint64_t)t.numpy_bytes};
+    cs_trace_write(CS_REC_COUNTS, &c, sizeof c);
+}
+
+/* At most one COUNTS record every 10 ms: the report's memory plot. */
+static void maybe_counts(uint64_t now)
+{
+    uint64_t due = atomic_load_explicit(&next_counts, memory_order_relaxed);
+    if (now < due || !atomic_compare_exchange_strong(&next_counts, &due, now + 10000000ull))
+        return;
+    write_counts(now);
+}
 
 /* ---- emit ---- */
 
@@ -62,11 +82,12 @@ unsigned cs_emit(cs_event *ev, int want_stack, cs_event *origin, int *found)
     /* the THREAD record first: it opens the trace file, whose prologue
      * may take every lock below */
     cs_thread_note(t);
-    int gil = cs_py_has_gil();
+    int live = cs_py.IsInitialized();
+    int gil = live && cs_py.GILState_Check();
     ev->thread = t->num;
     if (gil)
         ev->flags |= CS_EVF_GIL;
-    if (cs_py.ok && !cs_py.IsInitialized())
+    if (!live)
         ev->flags |= CS_EVF_NO_PYTHON;
     if (want_stack)
         ev->stack = cs_stack_capture(t, gil);
@@ -87,6 +108,7 @@ unsigned cs_emit(cs_event *ev, int want_stack, cs_event *origin, int *found)
         cs_trace_write(CS_REC_EVENT, ev, sizeof *ev);
     cs_lc_unlock(cs_lc, ev->obj);
     atomic_fetch_add_explicit(&n_events, 1, memory_order_relaxed);
+    maybe_counts(ev->time_ns);
     cs_findings_flush();
     t->busy = 0;
     if (cs_opt.halt_on_error && cs_findings_errors())
@@ -177,6 +199,7 @@ int cs_runtime_finish(int how, int status)
         cs_findings_flush();
     }
     if (cs_trace_started()) {
+        write_counts(cs_now_ns());
         cs_rec_end e = {.how = (uint32_t)how, .status = status, .time_ns = cs_now_ns(),
                         .events = atomic_load(&n_events)};
         cs_trace_write(CS_REC_END, &e, sizeof e);
@@ -359,6 +382,7 @@ static void fork_child(void)
         cs_lc_fork_child(cs_lc);
     }
     atomic_store(&n_events, 0);
+    atomic_store(&next_counts, 0);
     /* the child writes its own log_path.PID, starting with what it
      * inherited; its findings and exit status are its own */
     cs_trace_atfork_child();

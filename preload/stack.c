@@ -29,6 +29,7 @@ static int (*unw_bt)(void **, int);
 static void (*unw_flush)(void *, uintptr_t, uintptr_t);
 static void *unw_space;
 static uintptr_t self_lo, self_hi;
+static uintptr_t eval_lo, eval_hi; /* _PyEval_EvalFrameDefault */
 
 static int self_range_cb(struct dl_phdr_info *info, size_t size, void *data)
 {
@@ -49,6 +50,15 @@ static int self_range_cb(struct dl_phdr_info *info, size_t size, void *data)
 void cs_stack_init(const void *self)
 {
     dl_iterate_phdr(self_range_cb, (void *)self);
+    /* where the interpreter's eval loop lives: with the GIL held, native
+     * unwinding stops there and the Python frames take over */
+    void *ev = dlsym(RTLD_DEFAULT, "_PyEval_EvalFrameDefault");
+    Dl_info di;
+    const ElfW(Sym) *sym = NULL;
+    if (ev && dladdr1(ev, &di, (void **)&sym, RTLD_DL_SYMENT) && sym && sym->st_size) {
+        eval_lo = (uintptr_t)ev;
+        eval_hi = eval_lo + sym->st_size;
+    }
     void *h = dlopen("libunwind.so.8", RTLD_NOW | RTLD_LOCAL);
     if (!h)
         return;
@@ -381,8 +391,25 @@ uint32_t cs_stack_capture(cs_thread *t, int gil)
     int n = 0;
     if (nd > 0 && unw_bt) {
         void *ips[128 + 16];
-        int got = unw_bt(ips, nd + 8);
-        /* drop capsan's own frames: the hook on top, main_wrap at the bottom */
+        /* capsan's own frames (hook, emit, capture) sit on top */
+        enum { SELF = 4, FIRST = 8 };
+        int want = gil && eval_hi && nd > FIRST ? FIRST : nd;
+        int got = unw_bt(ips, want + SELF), cut = -1;
+        for (;;) {
+            if (gil && eval_hi)
+                for (int i = 0; i < got; i++)
+                    if ((uintptr_t)ips[i] >= eval_lo && (uintptr_t)ips[i] < eval_hi) {
+                        cut = i;
+                        break;
+                    }
+            /* the eval loop was deeper than the first try: unwind again */
+            if (cut >= 0 || want == nd || got < want + SELF)
+                break;
+            want = nd;
+            got = unw_bt(ips, want + SELF);
+        }
+        if (cut >= 0)
+            got = cut + 1; /* keep the eval frame: the Python frames go there */
         for (int i = 0; i < got && n < nd; i++)
             if ((uintptr_t)ips[i] < self_lo || (uintptr_t)ips[i] >= self_hi)
                 vals[n++] = (uint64_t)(uintptr_t)ips[i] & ~CS_FRAME_PY;

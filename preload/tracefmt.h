@@ -42,6 +42,7 @@ enum cs_rec_type {
     CS_REC_THREAD = 7,      /* cs_rec_thread + name\0 */
     CS_REC_END = 8,         /* cs_rec_end: how the process ended */
     CS_REC_OPTIONS = 9,     /* the effective CAPSAN_OPTIONS string\0 */
+    CS_REC_COUNTS = 10,     /* cs_rec_counts: live objects, sampled over time */
 };
 
 typedef struct cs_rec_process {
@@ -88,6 +89,18 @@ typedef struct cs_rec_frame {
 #define CS_FRAME_PY_CODE(v) ((uint32_t)(((v) >> 32) & 0x3fffffffu))
 #define CS_FRAME_PY_LINE(v) ((uint32_t)(v))
 #define CS_FRAME_PY_IS_ENTRY(v) (((v) & CS_FRAME_PY_ENTRY) != 0)
+
+/* Written at most every 10 ms while events happen, and once at the end:
+ * the series behind the report's live-memory plot (the trace itself keeps
+ * only the events of objects with findings). */
+typedef struct cs_rec_counts {
+    uint64_t time_ns;         /* CLOCK_MONOTONIC */
+    uint64_t events;          /* events observed so far */
+    uint64_t live_dlpack;     /* exported tensors not yet released */
+    uint64_t live_dlpack_bytes;
+    uint64_t live_numpy;      /* NumPy data blocks allocated, not freed */
+    uint64_t live_numpy_bytes;
+} cs_rec_counts;
 
 typedef struct cs_rec_thread {
     uint32_t thread;      /* capsan's thread number, 1 = first seen */

@@ -216,7 +216,7 @@ def check_schema(rep: dict) -> None:
     for p in rep["processes"]:
         for k in ("pid", "ppid", "argv", "ended", "status", "findings", "summary"):
             assert k in p, f"process lacks {k!r}: {sorted(p)}"
-        assert p["ended"] in ("exit", "signal", "unknown", "halt"), p["ended"]
+        assert p["ended"] in ("exit", "signal", "unknown"), p["ended"]
         for k in ("errors", "warnings", "leaked_bytes", "events"):
             assert k in p["summary"], f"summary lacks {k!r}"
         for f in p["findings"]:

@@ -57,8 +57,6 @@ def test_stdout_identical_with_and_without_capsan(tmp_path, interp):
     assert res.returncode == 0, res.describe()
     assert res.stdout.encode() == native.stdout.encode(), (
         f"stdout differs under capsan\n--- native ---\n{native.stdout}\n--- capsan ---\n{res.stdout}")
-    res2 = run_capsan(script, tmp_path / "pre", interpreter=interp, mode="preload")
-    assert res2.stdout.encode() == native.stdout.encode()
 
 
 # Which dtypes each direction accepts (numpy 1.24.2 / torch 1.13.1, verified):
@@ -172,14 +170,14 @@ def test_views_alive_at_exit_are_not_leaks(tmp_path, interp):
 
 
 def test_clean_program_keeps_its_exit_status(tmp_path, interp):
-    code = ("import sys, numpy as np, torch\n"
-            "t = torch.from_dlpack(np.arange(4))\n"
+    code = ("import sys, dlconsumer as C, dlproducer as P\n"
+            "C.consume_good(P.good(4))\n"
             "sys.exit(5)\n")
     res = run_capsan(code, tmp_path / "a", interpreter=interp)
     assert res.returncode == 5, res.describe()
     assert findings(res.report) == []
-    code = ("import numpy as np, torch\n"
-            "t = torch.from_dlpack(np.arange(4))\n"
+    code = ("import dlconsumer as C, dlproducer as P\n"
+            "C.consume_good(P.good(4))\n"
             "raise SystemError('boom')\n")
     res = run_capsan(code, tmp_path / "b", interpreter=interp)
     assert res.returncode == 1, res.describe()

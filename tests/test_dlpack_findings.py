@@ -336,6 +336,8 @@ def test_halt_on_error_stops_at_first(tmp_path):
     errs = findings(res.report, severity="error")
     assert len(errs) == 1, res.describe()
     assert "dlpack-reconsume" in res.stderr
+    p = process_of(res.report)
+    assert p["ended"] == "exit" and p["status"] == DEFAULT_EXITCODE, p
 
 
 def test_without_halt_both_errors_reported(tmp_path):
@@ -521,3 +523,16 @@ def test_full_trace_replay_matches_live_findings(tmp_path, name, args, opts):
         return sorted((f["kind"], tuple(e["event"] for e in f["events"])) for f in findings(r.report))
     assert sig(live) == sig(full), (sig(live), sig(full))
     assert sig(live)
+
+
+def test_halt_on_error_stops_before_the_double_free(tmp_path):
+    """Without protect, halt_on_error=1 reports the second deleter call and stops
+    the process before executing it: exit status 23, not SIGABRT."""
+    script = S / "dl_double_delete.py"
+    res = run_capsan(script, tmp_path, options=["halt_on_error=1"], args=["legacy"])
+    error_exit(res)
+    assert "survived" not in res.stdout
+    assert "double free" not in res.stderr, "the double free ran\n" + res.describe()
+    assert_finding_at(res, "dlpack-double-delete", script, "delete", event="delete")
+    p = process_of(res.report)
+    assert p["ended"] == "exit" and p["status"] == DEFAULT_EXITCODE, p
