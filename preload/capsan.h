@@ -1,23 +1,59 @@
 /* libcapsan.so's public entry points (everything else is hidden).
  *
- * LD_PRELOAD=libcapsan.so starts the runtime from its constructor; a
- * process that loads the library later (`import capsan`) calls
- * capsan_start(). CAPSAN_OPTIONS is read once, at start. */
+ * LD_PRELOAD=libcapsan.so starts the runtime from its constructor ("preload
+ * mode": exit-time leak check, summary and exit status, as LeakSanitizer).
+ * A process that loads the library later (`import capsan`, through
+ * ctypes.PyDLL so the GIL is held) calls capsan_start() ("API mode": the
+ * same tracing, but findings are read through capsan_findings_json and the
+ * exit status is left alone). CAPSAN_OPTIONS is read once, at start. */
 #ifndef CAPSAN_H
 #define CAPSAN_H
+
+#include <stdint.h>
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
+#define CAPSAN_API __attribute__((visibility("default")))
+
+struct _object; /* PyObject */
+
 /* Start tracing: patch every loaded object and every later one. Returns 1
  * when tracing, 0 when the host is not a Python process. Idempotent. */
-__attribute__((visibility("default"))) int capsan_start(void);
-/* Stop recording and restore every patched slot. Wrapped destructors and
- * deleters keep forwarding to the originals. */
-__attribute__((visibility("default"))) void capsan_stop(void);
+CAPSAN_API int capsan_start(void);
+/* Stop recording and restore every patched slot. Wrapped destructors,
+ * deleters and tracing handlers keep forwarding to the originals. */
+CAPSAN_API void capsan_stop(void);
 /* 1 while recording. */
-__attribute__((visibility("default"))) int capsan_active(void);
+CAPSAN_API int capsan_active(void);
+/* 1 when started by LD_PRELOAD (exit report and exit status are capsan's). */
+CAPSAN_API int capsan_preloaded(void);
+
+/* Findings reported so far in this process (suppressed ones excluded): a
+ * cursor for capsan_findings_json. */
+CAPSAN_API uint64_t capsan_findings_count(void);
+/* The findings after the first `since` ones, as a JSON array of the
+ * contract's finding objects (kind, severity, message, object, bytes,
+ * events with merged stacks). malloc'd: release with capsan_free. */
+CAPSAN_API char *capsan_findings_json(uint64_t since);
+CAPSAN_API void capsan_free(void *p);
+
+/* A new "mem_handler" capsule (version 1) whose functions forward to
+ * `inner` (a mem_handler capsule; NULL = numpy's current handler). Blocks
+ * it allocates are attributed to it. GIL held. A new reference, or NULL
+ * with a Python exception set. */
+CAPSAN_API struct _object *capsan_handler_new(struct _object *inner);
+/* numpy's PyDataMem_SetHandler for the current context (NULL = numpy's
+ * default): returns the previous handler (new reference) or NULL with an
+ * exception set. GIL held. */
+CAPSAN_API struct _object *capsan_set_handler(struct _object *handler);
+/* numpy's PyDataMem_GetHandler (new reference). GIL held. */
+CAPSAN_API struct _object *capsan_get_handler(void);
+/* Judge the blocks allocated through `handler` (from capsan_handler_new)
+ * that are still live: each becomes a numpy-leak finding now. Returns how
+ * many. Call after gc.collect(). GIL held. */
+CAPSAN_API int capsan_handler_leaks(struct _object *handler);
 
 #ifdef __cplusplus
 }

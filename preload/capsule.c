@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "dltensor.h"
+#include "numpy.h"
 #include "spin.h"
 #include "options.h"
 #include "pyapi.h"
@@ -327,6 +328,11 @@ static void *hook_GetPointer(PyObject_ *cap, const char *name)
 {
     void *p = cs_py.Capsule_GetPointer(cap, name);
     int nk;
+    if (name && name[0] == 'm' && !strcmp(name, "mem_handler")) {
+        /* numpy reads the handler right before it allocates or frees */
+        cs_np_note_handler(cap, p);
+        return p;
+    }
     if (!p || !cs_recording || (nk = name_kind(name)) == NK_NONE || nk == NK_NPDL)
         return p;
     if (in_dtor_of(cap))
@@ -379,12 +385,12 @@ static int hook_SetPointer(PyObject_ *cap, void *p)
 }
 
 const cs_hook cs_capsule_hooks[] = {
-    {"PyCapsule_New", (void *)hook_New},
-    {"PyCapsule_SetName", (void *)hook_SetName},
-    {"PyCapsule_GetPointer", (void *)hook_GetPointer},
-    {"PyCapsule_IsValid", (void *)hook_IsValid},
-    {"PyCapsule_SetDestructor", (void *)hook_SetDestructor},
-    {"PyCapsule_GetDestructor", (void *)hook_GetDestructor},
-    {"PyCapsule_SetPointer", (void *)hook_SetPointer},
+    {"PyCapsule_New", (void *)hook_New, NULL},
+    {"PyCapsule_SetName", (void *)hook_SetName, NULL},
+    {"PyCapsule_GetPointer", (void *)hook_GetPointer, NULL},
+    {"PyCapsule_IsValid", (void *)hook_IsValid, NULL},
+    {"PyCapsule_SetDestructor", (void *)hook_SetDestructor, NULL},
+    {"PyCapsule_GetDestructor", (void *)hook_GetDestructor, NULL},
+    {"PyCapsule_SetPointer", (void *)hook_SetPointer, NULL},
 };
 const int cs_capsule_nhooks = sizeof cs_capsule_hooks / sizeof cs_capsule_hooks[0];

@@ -11,6 +11,8 @@
 #include <unistd.h>
 
 #include "options.h"
+#include "capsan.h"
+#include "json.h"
 #include "render.h"
 #include "runtime.h"
 #include "stack.h"
@@ -26,6 +28,10 @@ static cs_summary summary;
 static _Atomic unsigned n_errors, n_total;
 static unsigned printed;
 static cs_suppressions *supp;
+/* every reported finding, for the Python API (capsan_findings_json) */
+#define LOG_MAX 100000
+static cs_finding *logbuf;
+static unsigned nlog, caplog;
 
 void cs_findings_init(void)
 {
@@ -119,6 +125,16 @@ void cs_findings_flush(void)
         if (cs_kind_severity(pending[i].kind) == CS_SEV_ERROR)
             atomic_fetch_add(&n_errors, 1);
         cs_summary_add(&summary, &pending[i]);
+        if (nlog == caplog && caplog < LOG_MAX) {
+            unsigned nc = caplog ? caplog * 2 : 64;
+            cs_finding *nb = realloc(logbuf, nc * sizeof *nb);
+            if (nb) {
+                logbuf = nb;
+                caplog = nc;
+            }
+        }
+        if (nlog < caplog)
+            logbuf[nlog++] = pending[i];
         if (text && printed < (unsigned)cs_opt.max_findings) {
             cs_render_text_finding(&o, &p, &pending[i], &live_src);
             printed++;
@@ -165,3 +181,62 @@ void cs_findings_reset_child(void)
     printed = 0;
     pthread_mutex_init(&print_mu, NULL);
 }
+
+/* ---- the Python API's view ---- */
+
+uint64_t capsan_findings_count(void)
+{
+    pthread_mutex_lock(&print_mu);
+    uint64_t n = nlog;
+    pthread_mutex_unlock(&print_mu);
+    return n;
+}
+
+typedef struct membuf {
+    char *p;
+    size_t n, cap;
+    int failed;
+} membuf;
+
+static void out_mem(void *ud, const char *s, size_t n)
+{
+    membuf *m = ud;
+    if (m->failed)
+        return;
+    if (m->n + n + 1 > m->cap) {
+        size_t nc = m->cap ? m->cap * 2 : 4096;
+        while (nc < m->n + n + 1)
+            nc *= 2;
+        char *np = realloc(m->p, nc);
+        if (!np) {
+            m->failed = 1;
+            return;
+        }
+        m->p = np;
+        m->cap = nc;
+    }
+    memcpy(m->p + m->n, s, n);
+    m->n += n;
+    m->p[m->n] = 0;
+}
+
+char *capsan_findings_json(uint64_t since)
+{
+    membuf m = {0};
+    cs_out o = {out_mem, &m, 0};
+    cs_json j = {.o = &o};
+    cs_proc_info p = proc_info();
+    out_mem(&m, "[", 1);
+    pthread_mutex_lock(&print_mu);
+    for (uint64_t i = since; i < nlog; i++)
+        cs_json_finding(&j, &p, &logbuf[i], &live_src);
+    pthread_mutex_unlock(&print_mu);
+    out_mem(&m, "]", 1);
+    if (m.failed) {
+        free(m.p);
+        return NULL;
+    }
+    return m.p;
+}
+
+void capsan_free(void *p) { free(p); }

@@ -75,7 +75,7 @@ static int skip_object(const struct dl_phdr_info *info)
 static const cs_hook *match(const char *s)
 {
     /* every hooked name starts with one of these letters: cheap first cut */
-    if (s[0] != 'P' && s[0] != 'd' && s[0] != 'e' && s[0] != '_')
+    if (s[0] != 'P' && s[0] != 'd' && s[0] != 'e' && s[0] != '_' && s[0] != 'g' && s[0] != 'f')
         return NULL;
     for (int i = 0; i < nhooks; i++)
         if (strcmp(s, hooks[i].name) == 0)
@@ -130,7 +130,7 @@ static void patch_relocs(patched *p, uintptr_t base, const ElfW(Sym) *symtab, co
         if (name >= strsz)
             continue;
         const cs_hook *h = match(strtab + name);
-        if (!h)
+        if (!h || (h->only_in && !strstr(p->name, h->only_in)))
             continue;
         uintptr_t addr = base + r_offset;
         if (*(uintptr_t *)addr == (uintptr_t)h->replacement)

@@ -9,6 +9,7 @@
 typedef struct cs_hook {
     const char *name;
     void *replacement;
+    const char *only_in; /* patch only objects whose path contains this, or NULL */
 } cs_hook;
 
 /* The hook table lives for the process; `self` is any address inside

@@ -549,12 +549,27 @@ static unsigned numpy_event(cs_lifecycle *lc, stripe *st, const cs_event *ev, ju
             return 0; /* R29: free(NULL, n) from sort is legal */
         o = find(st, ev->obj, CS_NS_NUMPY);
         if (o && o->state == CS_ST_CREATED) {
+            uint32_t stale = ev->extra;
+            if (!stale && o->nhist && o->hist[0].c && ev->c && o->hist[0].c != ev->c)
+                stale = CS_STALE_OTHER;
             hist_add(st, o, ev, j);
+            if (stale)
+                report(lc, j, CS_KIND_NUMPY_STALE_HANDLER, o, NULL, stale, ev->c);
             entomb(lc, st, o);
         } else if (o && o->state == CS_ST_RELEASED) {
             report(lc, j, CS_KIND_NUMPY_DOUBLE_FREE, o, ev, 0, 0);
-        } else if (!o) {
-            obj tmp = {.key = ev->obj, .bytes = ev->a};
+            hist_add(st, o, ev, j);
+        }
+        /* an unknown block may predate capsan (import capsan starts late) */
+        return 0;
+    case CS_EV_NP_FOREIGN_FREE:
+        o = find(st, ev->obj, CS_NS_NUMPY);
+        if (o && o->state == CS_ST_CREATED) {
+            hist_add(st, o, ev, j);
+            report(lc, j, CS_KIND_NUMPY_FOREIGN_FREE, o, NULL, 0, 0);
+            entomb(lc, st, o);
+        } else {
+            obj tmp = {.key = ev->obj};
             report(lc, j, CS_KIND_NUMPY_FOREIGN_FREE, &tmp, ev, 0, 0);
         }
         return 0;
@@ -595,6 +610,29 @@ void cs_lc_fork_child(cs_lifecycle *lc)
             o->flags &= (uint8_t)~OF_TRACED;
             o->nflushed = 0;
         }
+}
+
+int cs_lc_report_live(cs_lifecycle *lc, int ns, uint64_t origin_c)
+{
+    int n = 0;
+    for (int i = 0; i < NSTRIPES; i++) {
+        stripe *st = &lc->s[i];
+        if (lc->threadsafe)
+            cs_spin_lock(&st->mu);
+        for (size_t k = 0; k < st->cap; k++) {
+            obj *o = &st->tab[k];
+            if (!o->key || o->ns != ns || o->state != CS_ST_CREATED || !o->nhist ||
+                o->hist[0].c != origin_c || (o->flags & OF_LEAK_REPORTED))
+                continue;
+            o->flags |= OF_LEAK_REPORTED;
+            report(lc, NULL, ns == CS_NS_NUMPY ? CS_KIND_NUMPY_LEAK : CS_KIND_DLPACK_LEAK, o, NULL,
+                   0, 0);
+            n++;
+        }
+        if (lc->threadsafe)
+            cs_spin_unlock(&st->mu);
+    }
+    return n;
 }
 
 int cs_lc_state(cs_lifecycle *lc, int ns, uint64_t o)
@@ -669,7 +707,7 @@ const char *cs_event_name(const cs_event *ev)
     case CS_EV_NP_ALLOC: return "alloc";
     case CS_EV_NP_FREE: return "free";
     case CS_EV_NP_HANDLER: return "handler";
-    case CS_EV_NP_OWNDATA: return "owndata";
+    case CS_EV_NP_FOREIGN_FREE: return "free";
     }
     return "event";
 }
@@ -699,7 +737,7 @@ const char *cs_event_phrase(const cs_finding *f, int i)
     case CS_EV_NP_ALLOC: return "allocated at";
     case CS_EV_NP_FREE: return earlier ? "freed again at" : "freed at";
     case CS_EV_NP_HANDLER: return "handler installed at";
-    case CS_EV_NP_OWNDATA: return "array created at";
+    case CS_EV_NP_FOREIGN_FREE: return "freed with libc free() by numpy at";
     }
     return "at";
 }
@@ -809,8 +847,13 @@ const char *cs_finding_message(const cs_finding *f, char *buf, size_t n)
                  "base object instead)", p);
         break;
     case CS_KIND_NUMPY_STALE_HANDLER:
-        snprintf(buf, n, "NumPy data 0x%llx freed through a memory handler that is gone or "
-                 "changed", p);
+        snprintf(buf, n, "%llu bytes of NumPy data at 0x%llx freed through memory handler 0x%llx, %s",
+                 (unsigned long long)f->bytes, p, (unsigned long long)f->value,
+                 f->detail == CS_STALE_CHANGED ? "whose struct changed or was freed since it was "
+                                                 "installed (a handler must be immortal)"
+                 : f->detail == CS_STALE_UNLOADED ? "whose functions are no longer in a loaded "
+                                                    "object (dlclose)"
+                                                  : "which is not the handler that allocated it");
         break;
     case CS_KIND_NUMPY_BAD_HANDLER:
         snprintf(buf, n, "invalid NumPy memory handler at 0x%llx: %s", p, bad_text(f->detail));

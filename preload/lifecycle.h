@@ -92,6 +92,11 @@ int cs_lc_finish(cs_lifecycle *lc, int how);
 /* Live objects right now (tests, reports). */
 size_t cs_lc_live(cs_lifecycle *lc);
 
+/* Judge the live objects of a namespace whose origin event has c ==
+ * origin_c (NumPy: the handler struct that allocated them) as leaks now.
+ * Returns how many were reported. */
+int cs_lc_report_live(cs_lifecycle *lc, int ns, uint64_t origin_c);
+
 /* Running totals of live objects, kept as events are judged (cheap). */
 typedef struct cs_lc_totals {
     int64_t dlpack, dlpack_bytes, numpy, numpy_bytes;

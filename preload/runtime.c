@@ -21,6 +21,7 @@
 #include "capsule.h"
 #include "got.h"
 #include "modules.h"
+#include "numpy.h"
 #include "options.h"
 #include "pyapi.h"
 #include "stack.h"
@@ -31,6 +32,9 @@ extern char **environ;
 cs_lifecycle *cs_lc;
 volatile int cs_recording;
 static atomic_int started, finished;
+/* started by `import capsan` rather than LD_PRELOAD: findings go to the
+ * Python API; the exit status and exit-time report stay the program's */
+static int api_mode;
 static _Atomic uint64_t n_events;
 static _Atomic uint64_t next_counts; /* when the next COUNTS record is due */
 
@@ -194,7 +198,7 @@ int cs_runtime_finish(int how, int status)
     if (t)
         t->busy = 1;
     cs_recording = 0;
-    if (how == CS_END_EXIT) {
+    if (how == CS_END_EXIT && !api_mode) {
         cs_lc_finish(cs_lc, how);
         cs_findings_flush();
     }
@@ -204,13 +208,15 @@ int cs_runtime_finish(int how, int status)
                         .events = atomic_load(&n_events)};
         cs_trace_write(CS_REC_END, &e, sizeof e);
     }
-    cs_findings_summary();
-    if (!strcmp(cs_opt.report, "json") && cs_findings_total())
-        json_report();
+    if (!api_mode) {
+        cs_findings_summary();
+        if (!strcmp(cs_opt.report, "json") && cs_findings_total())
+            json_report();
+    }
     cs_trace_close();
     if (t)
         t->busy = 0;
-    if (cs_findings_errors() && cs_opt.exitcode)
+    if (!api_mode && cs_findings_errors() && cs_opt.exitcode)
         return (int)cs_opt.exitcode;
     return status;
 }
@@ -296,6 +302,7 @@ static int hook_dlclose(void *h)
     int rc = dlclose(h);
     cs_got_forget_unloaded();
     cs_stack_flush();
+    cs_np_after_dlclose();
     return rc;
 }
 
@@ -334,20 +341,19 @@ static int hook_libc_start_main(main_fn m, int argc, char **argv, void (*init)(v
 
 static void at_exit(void)
 {
-    /* reached only when exit() was not hooked (capsan imported late) */
-    int errs_before = (int)cs_findings_errors();
-    (void)errs_before;
+    /* a main() that returned without our wrapper: the status is unknown,
+     * so only capsan's own exitcode can replace it */
     int st = cs_runtime_finish(CS_END_EXIT, -1);
     if (st != -1)
         _exit(st);
 }
 
 static const cs_hook process_hooks[] = {
-    {"dlopen", (void *)hook_dlopen},
-    {"dlclose", (void *)hook_dlclose},
-    {"exit", (void *)hook_exit},
-    {"_exit", (void *)hook__exit},
-    {"__libc_start_main", (void *)hook_libc_start_main},
+    {"dlopen", (void *)hook_dlopen, NULL},
+    {"dlclose", (void *)hook_dlclose, NULL},
+    {"exit", (void *)hook_exit, NULL},
+    {"_exit", (void *)hook__exit, NULL},
+    {"__libc_start_main", (void *)hook_libc_start_main, NULL},
 };
 
 static cs_hook all_hooks[32];
@@ -441,10 +447,11 @@ static void install_crash_handlers(void)
 
 static void self_marker(void) {}
 
-int capsan_start(void)
+static int start(int preload)
 {
     if (atomic_exchange(&started, 1))
         return cs_recording;
+    api_mode = !preload;
     if (getenv("CAPSAN_CHILD"))
         return 0;
     cs_options_defaults();
@@ -473,8 +480,12 @@ int capsan_start(void)
     int n = 0;
     for (int i = 0; i < cs_capsule_nhooks; i++)
         all_hooks[n++] = cs_capsule_hooks[i];
+    if (cs_numpy_init())
+        for (int i = 0; i < cs_numpy_nhooks; i++)
+            all_hooks[n++] = cs_numpy_hooks[i];
     for (size_t i = 0; i < sizeof process_hooks / sizeof process_hooks[0]; i++)
-        all_hooks[n++] = process_hooks[i];
+        if (!api_mode || strcmp(process_hooks[i].name, "__libc_start_main") != 0)
+            all_hooks[n++] = process_hooks[i];
     cs_got_init(all_hooks, n, (void *)self_marker);
     pthread_atfork(fork_prepare, fork_parent, fork_child);
     install_crash_handlers();
@@ -496,12 +507,14 @@ void capsan_stop(void)
     cs_got_restore();
 }
 
+int capsan_start(void) { return start(0); }
 int capsan_active(void) { return cs_recording; }
+int capsan_preloaded(void) { return atomic_load(&started) && !api_mode; }
 
 __attribute__((constructor)) static void capsan_preload_ctor(void)
 {
     /* LD_PRELOAD starts the runtime; `import capsan` calls capsan_start */
     const char *pre = getenv("LD_PRELOAD");
     if (pre && strstr(pre, "libcapsan"))
-        capsan_start();
+        start(1);
 }

@@ -149,9 +149,17 @@ enum cs_event_kind {
     CS_EV_GETPTR = 8,       /* unconsumed capsule read by a consumer: a=capsule */
     /* NumPy data memory (issue 3); obj = the data pointer */
     CS_EV_NP_ALLOC = 16,    /* a=size b=handler capsule c=handler struct */
-    CS_EV_NP_FREE = 17,     /* a=size b=handler capsule c=handler struct */
+    CS_EV_NP_FREE = 17,     /* b=handler capsule c=handler struct; extra=CS_STALE_* or 0 */
     CS_EV_NP_HANDLER = 18,  /* handler seen: obj=handler struct a=capsule; extra=CS_BAD_* or 0 */
-    CS_EV_NP_OWNDATA = 19,  /* array owning foreign data created: obj=data */
+    CS_EV_NP_FOREIGN_FREE = 19, /* numpy free()d an OWNDATA array's data that no handler gave */
+};
+
+/* CS_EV_NP_FREE extra: why the handler freeing a block is not fit to */
+enum cs_stale {
+    CS_STALE_NONE = 0,
+    CS_STALE_CHANGED = 1,   /* the handler struct changed (or was freed) since first seen */
+    CS_STALE_UNLOADED = 2,  /* its functions are no longer in a loaded object */
+    CS_STALE_OTHER = 3,     /* not the handler that allocated the block */
 };
 
 /* CS_EV_EXPORT / CS_EV_CONSUME aux bits */

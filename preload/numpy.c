@@ -1,0 +1,384 @@
+/* NumPy data memory (NEP 49): every allocation and free of array data, in
+ * every thread, context and handler, and the handlers themselves.
+ *
+ * numpy reaches its handlers through its own API table, not by symbol, but
+ * every data allocation ends in PyTraceMalloc_Track(389047, ptr, size) and
+ * every free starts with PyTraceMalloc_Untrack(389047, ptr), even with
+ * tracemalloc off (rulebook §0). Just before either, numpy reads the
+ * handler with PyCapsule_GetPointer(mem_handler, "mem_handler"): capsule.c
+ * notes that handler per thread, so each block is attributed to the handler
+ * that really made or freed it. */
+#include "numpy.h"
+
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "options.h"
+#include "pyapi.h"
+#include "runtime.h"
+#include "spin.h"
+
+#define NPY_TRACE_DOMAIN 389047u
+#define API_SET_HANDLER 304
+#define API_GET_HANDLER 305
+#define API_FEATURE_VERSION 211
+#define NPY_1_22_API_VERSION 0xf /* NEP 49 handlers appeared in 1.22 */
+
+/* NEP 49 layout, version 1 (numpy/ndarraytypes.h) */
+typedef struct np_allocator {
+    void *ctx;
+    void *(*malloc)(void *ctx, size_t size);
+    void *(*calloc)(void *ctx, size_t nelem, size_t elsize);
+    void *(*realloc)(void *ctx, void *ptr, size_t new_size);
+    void (*free)(void *ctx, void *ptr, size_t size);
+} np_allocator;
+
+typedef struct np_handler {
+    char name[127];
+    uint8_t version;
+    np_allocator allocator;
+} np_handler;
+_Static_assert(sizeof(np_handler) == 168, "PyDataMem_Handler layout");
+
+/* ---- the handlers seen so far, with a snapshot of each (R28: a
+ * handler must be immortal, so any change means it is gone) ---- */
+#define MAX_HANDLERS 256
+typedef struct known {
+    const np_handler *h;
+    np_handler snap;
+    int gone; /* its functions left the address space: never read it again */
+} known;
+
+static known handlers[MAX_HANDLERS];
+static int nhandlers;
+static cs_spin hmu = CS_SPIN_INIT;
+
+static __thread const void *cur_cap __attribute__((tls_model("initial-exec")));
+static __thread const np_handler *cur_handler __attribute__((tls_model("initial-exec")));
+static __thread int foreign_pending __attribute__((tls_model("initial-exec")));
+
+static known *known_of(const np_handler *h)
+{
+    for (int i = 0; i < nhandlers; i++)
+        if (handlers[i].h == h)
+            return &handlers[i];
+    return NULL;
+}
+
+static int plausible(const void *p)
+{
+    uintptr_t a = (uintptr_t)p;
+    return a >= 4096 && a < 0x800000000000ull;
+}
+
+/* R27: a handler numpy will call must be whole. */
+static uint32_t validate(const char *capname, const np_handler *h)
+{
+    if (!capname || strcmp(capname, "mem_handler") != 0)
+        return CS_BAD_HANDLER_NAME;
+    if (!plausible(h))
+        return CS_BAD_HANDLER_NULL_FN;
+    if (!memchr(h->name, 0, sizeof h->name))
+        return CS_BAD_HANDLER_UNTERMINATED;
+    if (h->version != 1)
+        return CS_BAD_HANDLER_VERSION;
+    if (!h->allocator.malloc || !h->allocator.calloc || !h->allocator.realloc ||
+        !h->allocator.free)
+        return CS_BAD_HANDLER_NULL_FN;
+    return 0;
+}
+
+/* First sight of a handler: remember it as it is now. */
+static void remember(const np_handler *h)
+{
+    cs_spin_lock(&hmu);
+    if (!known_of(h) && nhandlers < MAX_HANDLERS) {
+        handlers[nhandlers].h = h;
+        memcpy(&handlers[nhandlers].snap, h, sizeof *h);
+        handlers[nhandlers].gone = 0;
+        nhandlers++;
+    }
+    cs_spin_unlock(&hmu);
+}
+
+void cs_np_note_handler(const void *cap, const void *handler)
+{
+    cur_cap = cap;
+    if (handler != cur_handler) {
+        cur_handler = handler;
+        if (handler && plausible(handler))
+            remember(handler);
+    }
+}
+
+/* Is the handler freeing a block still the one first seen? */
+static uint32_t staleness(const np_handler *h)
+{
+    uint32_t why = 0;
+    if (!h)
+        return 0;
+    cs_spin_lock(&hmu);
+    known *k = known_of(h);
+    if (k && k->gone)
+        why = CS_STALE_UNLOADED;
+    else if (k && memcmp(&k->snap, h, sizeof *h) != 0)
+        why = CS_STALE_CHANGED;
+    cs_spin_unlock(&hmu);
+    return why;
+}
+
+void cs_np_after_dlclose(void)
+{
+    /* a handler whose free function was unloaded must not be read again:
+     * its struct may have gone with the object */
+    cs_spin_lock(&hmu);
+    for (int i = 0; i < nhandlers; i++) {
+        Dl_info di;
+        if (!handlers[i].gone && !dladdr((void *)(uintptr_t)handlers[i].snap.allocator.free, &di))
+            handlers[i].gone = 1;
+    }
+    cs_spin_unlock(&hmu);
+}
+
+/* ---- hooks ---- */
+
+static int (*real_track)(unsigned int, uintptr_t, size_t);
+static int (*real_untrack)(unsigned int, uintptr_t);
+static PyObject_ *(*real_cv_new)(const char *, PyObject_ *);
+static int (*real_cv_set)(PyObject_ *, PyObject_ *);
+static PyObject_ *numpy_allocator_var; /* numpy's "current_allocator" */
+
+static int hook_track(unsigned int domain, uintptr_t ptr, size_t size)
+{
+    if (domain == NPY_TRACE_DOMAIN && ptr && cs_recording) {
+        cs_event ev = {.kind = CS_EV_NP_ALLOC, .obj = ptr, .a = size,
+                       .b = (uint64_t)(uintptr_t)cur_cap, .c = (uint64_t)(uintptr_t)cur_handler};
+        cs_emit(&ev, 1, NULL, NULL);
+    }
+    return real_track(domain, ptr, size);
+}
+
+static int hook_untrack(unsigned int domain, uintptr_t ptr)
+{
+    if (domain == NPY_TRACE_DOMAIN && ptr && cs_recording) {
+        cs_event ev = {.kind = CS_EV_NP_FREE, .obj = ptr, .b = (uint64_t)(uintptr_t)cur_cap,
+                       .c = (uint64_t)(uintptr_t)cur_handler, .extra = staleness(cur_handler)};
+        cs_emit(&ev, 1, NULL, NULL);
+    }
+    return real_untrack(domain, ptr);
+}
+
+static PyObject_ *hook_cv_new(const char *name, PyObject_ *def)
+{
+    PyObject_ *v = real_cv_new(name, def);
+    if (v && name && !strcmp(name, "current_allocator"))
+        numpy_allocator_var = v;
+    return v;
+}
+
+static int hook_cv_set(PyObject_ *var, PyObject_ *value)
+{
+    if (var && var == numpy_allocator_var && value && cs_recording) {
+        /* PyDataMem_SetHandler: check the handler before numpy uses it;
+         * numpy 1.24 takes a misnamed capsule and fails later (R27) */
+        const char *name = cs_py.Capsule_GetName(value);
+        const np_handler *h = NULL;
+        if (name) {
+            h = cs_py.Capsule_GetPointer(value, name);
+        } else {
+            PyObject_ *t, *v, *tb;
+            cs_py.Err_Fetch(&t, &v, &tb); /* not a capsule at all */
+            cs_py.Err_Restore(t, v, tb);
+        }
+        uint32_t bad = validate(name, h);
+        if (h && plausible(h))
+            remember(h);
+        if (bad) {
+            cs_event ev = {.kind = CS_EV_NP_HANDLER, .obj = (uint64_t)(uintptr_t)h,
+                           .a = (uint64_t)(uintptr_t)value, .extra = bad,
+                           .b = h && plausible(h) ? h->version : 0};
+            cs_emit(&ev, 1, NULL, NULL);
+        }
+    }
+    return real_cv_set(var, value);
+}
+
+/* numpy frees an OWNDATA array's data with plain free() when it has no
+ * handler, right after reading NUMPY_WARN_IF_NO_MEM_POLICY (1.24
+ * array_dealloc). Both hooks live only in numpy's own module. */
+static char *hook_getenv(const char *name)
+{
+    if (name && name[0] == 'N' && !strcmp(name, "NUMPY_WARN_IF_NO_MEM_POLICY"))
+        foreign_pending = 1;
+    return getenv(name);
+}
+
+static void hook_free(void *p)
+{
+    if (foreign_pending) {
+        foreign_pending = 0;
+        if (p && cs_recording) {
+            cs_event ev = {.kind = CS_EV_NP_FOREIGN_FREE, .obj = (uint64_t)(uintptr_t)p};
+            cs_emit(&ev, 1, NULL, NULL); /* reported before a bad free can abort */
+        }
+    }
+    free(p);
+}
+
+#define NUMPY_MODULE "_multiarray_umath"
+
+const cs_hook cs_numpy_hooks[] = {
+    {"PyTraceMalloc_Track", (void *)hook_track, NULL},
+    {"PyTraceMalloc_Untrack", (void *)hook_untrack, NULL},
+    {"PyContextVar_New", (void *)hook_cv_new, NULL},
+    {"PyContextVar_Set", (void *)hook_cv_set, NULL},
+    {"getenv", (void *)hook_getenv, NUMPY_MODULE},
+    {"free", (void *)hook_free, NUMPY_MODULE},
+};
+const int cs_numpy_nhooks = sizeof cs_numpy_hooks / sizeof cs_numpy_hooks[0];
+
+int cs_numpy_init(void)
+{
+    *(void **)&real_track = dlsym(RTLD_DEFAULT, "PyTraceMalloc_Track");
+    *(void **)&real_untrack = dlsym(RTLD_DEFAULT, "PyTraceMalloc_Untrack");
+    *(void **)&real_cv_new = dlsym(RTLD_DEFAULT, "PyContextVar_New");
+    *(void **)&real_cv_set = dlsym(RTLD_DEFAULT, "PyContextVar_Set");
+    return real_track && real_untrack && real_cv_new && real_cv_set;
+}
+
+/* ---- the tracing handler: forwards every call to the handler it wraps;
+ * numpy's own Track/Untrack calls then attribute the blocks to it ---- */
+typedef struct tracing {
+    np_handler h;         /* first: numpy reads the capsule's pointer as this */
+    const np_handler *inner;
+    PyObject_ *inner_cap; /* keeps the inner handler alive */
+} tracing;
+
+static void *t_malloc(void *ctx, size_t n)
+{
+    const tracing *t = ctx;
+    return t->inner->allocator.malloc(t->inner->allocator.ctx, n);
+}
+
+static void *t_calloc(void *ctx, size_t n, size_t sz)
+{
+    const tracing *t = ctx;
+    return t->inner->allocator.calloc(t->inner->allocator.ctx, n, sz);
+}
+
+static void *t_realloc(void *ctx, void *p, size_t n)
+{
+    const tracing *t = ctx;
+    return t->inner->allocator.realloc(t->inner->allocator.ctx, p, n);
+}
+
+static void t_free(void *ctx, void *p, size_t n)
+{
+    const tracing *t = ctx;
+    t->inner->allocator.free(t->inner->allocator.ctx, p, n);
+}
+
+static void tracing_dtor(PyObject_ *cap)
+{
+    tracing *t = cs_py.Capsule_GetPointer(cap, "mem_handler");
+    if (!t)
+        return;
+    cs_py.DecRef(t->inner_cap);
+    free(t);
+}
+
+static void **numpy_api(void)
+{
+    static void **api;
+    if (api)
+        return api;
+    void *(*import)(const char *, int) = (void *(*)(const char *, int))dlsym(
+        RTLD_DEFAULT, "PyCapsule_Import");
+    void **a = import ? import("numpy.core._multiarray_umath._ARRAY_API", 0) : NULL;
+    if (!a)
+        return NULL; /* the exception from the import stays set */
+    unsigned (*feature)(void) = (unsigned (*)(void))a[API_FEATURE_VERSION];
+    if (feature() < NPY_1_22_API_VERSION)
+        return NULL;
+    api = a;
+    return api;
+}
+
+static void set_error(const char *msg)
+{
+    void (*seterr)(PyObject_ *, const char *) =
+        (void (*)(PyObject_ *, const char *))dlsym(RTLD_DEFAULT, "PyErr_SetString");
+    PyObject_ **exc = dlsym(RTLD_DEFAULT, "PyExc_RuntimeError");
+    if (seterr && exc)
+        seterr(*exc, msg);
+}
+
+PyObject_ *capsan_get_handler(void)
+{
+    void **api = numpy_api();
+    if (!api) {
+        set_error("capsan: numpy >= 1.22 with NEP 49 handlers is needed");
+        return NULL;
+    }
+    return ((PyObject_ * (*)(void)) api[API_GET_HANDLER])();
+}
+
+PyObject_ *capsan_set_handler(PyObject_ *handler)
+{
+    void **api = numpy_api();
+    if (!api) {
+        set_error("capsan: numpy >= 1.22 with NEP 49 handlers is needed");
+        return NULL;
+    }
+    return ((PyObject_ * (*)(PyObject_ *)) api[API_SET_HANDLER])(handler);
+}
+
+PyObject_ *capsan_handler_new(PyObject_ *inner)
+{
+    if (!cs_py.ok) {
+        return NULL;
+    }
+    PyObject_ *icap = inner;
+    if (icap)
+        cs_py.IncRef(icap);
+    else if (!(icap = capsan_get_handler()))
+        return NULL;
+    const np_handler *ih = cs_py.Capsule_GetPointer(icap, "mem_handler");
+    if (!ih || validate("mem_handler", ih)) {
+        cs_py.DecRef(icap);
+        if (ih)
+            set_error("capsan: the handler to wrap is not a valid version-1 PyDataMem_Handler");
+        return NULL;
+    }
+    tracing *t = calloc(1, sizeof *t);
+    if (!t) {
+        cs_py.DecRef(icap);
+        set_error("capsan: out of memory");
+        return NULL;
+    }
+    snprintf(t->h.name, sizeof t->h.name, "capsan(%.100s)", ih->name);
+    t->h.version = 1;
+    t->h.allocator = (np_allocator){t, t_malloc, t_calloc, t_realloc, t_free};
+    t->inner = ih;
+    t->inner_cap = icap;
+    PyObject_ *cap = cs_py.Capsule_New(t, "mem_handler", tracing_dtor);
+    if (!cap) {
+        cs_py.DecRef(icap);
+        free(t);
+        return NULL;
+    }
+    remember(&t->h);
+    return cap;
+}
+
+int capsan_handler_leaks(PyObject_ *handler)
+{
+    const tracing *t = handler ? cs_py.Capsule_GetPointer(handler, "mem_handler") : NULL;
+    if (!t || !cs_lc)
+        return 0;
+    int n = cs_lc_report_live(cs_lc, CS_NS_NUMPY, (uint64_t)(uintptr_t)&t->h);
+    cs_findings_flush();
+    return n;
+}
