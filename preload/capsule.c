@@ -168,6 +168,10 @@ static void deleter_tramp(void *mt)
     void *dcap = t ? t->dtor_capsule : NULL;
     cs_event ev = {.kind = CS_EV_DELETE, .obj = (uint64_t)(uintptr_t)mt,
                    .a = (uint64_t)(uintptr_t)dcap, .flags = dcap ? CS_EVF_IN_DTOR : 0};
+    /* which data this release lets go of: numpy's deleter keeps its array
+     * alive when it runs during interpreter shutdown (lifecycle.c) */
+    if (cs_recording && cs_py.ok && !cs_py.IsInitialized())
+        ev.c = cs_dl_data(mt);
     cs_event origin;
     int found = 0;
     unsigned verdict = cs_emit(&ev, 1, &origin, &found);

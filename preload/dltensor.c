@@ -156,3 +156,15 @@ int cs_dl_check(const void *mt, int versioned, cs_dl_problem *out, int max, uint
     return n;
 #undef PROBLEM
 }
+
+uint64_t cs_dl_data(const void *mt)
+{
+    if (!plausible(mt))
+        return 0;
+    /* a versioned struct starts with its version {1, x}; a legacy one with
+     * its data pointer, which is never that small */
+    const dl_managed_versioned *v = mt;
+    if (v->version.major == 1 && v->version.minor < 256)
+        return (uint64_t)(uintptr_t)v->dl_tensor.data;
+    return (uint64_t)(uintptr_t)tensor_of(mt, 0)->data;
+}

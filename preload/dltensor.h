@@ -25,6 +25,9 @@ int cs_dl_check(const void *mt, int versioned, cs_dl_problem *out, int max, uint
 /* Only the fingerprint (at consume and delete, to see R20 mutations). */
 uint32_t cs_dl_fingerprint(const void *mt, int versioned);
 uint64_t cs_dl_byte_offset(const void *mt, int versioned);
+/* dl_tensor.data of a live struct of either layout (the deleter is told
+ * apart by which offset holds capsan's trampoline; 0 if unknown). */
+uint64_t cs_dl_data(const void *mt);
 
 static inline void **cs_dl_deleter_slot(void *mt, int versioned)
 {

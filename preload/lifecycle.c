@@ -86,6 +86,12 @@ struct cs_lifecycle {
     cs_event_sink sink;
     void *sink_ud;
     _Atomic int64_t live[4]; /* cs_lc_totals, in that order */
+    /* data released by a deleter that ran during interpreter shutdown:
+     * numpy's own deleter then keeps its array alive on purpose (numpy PR
+     * 22510), so those blocks were referenced at shutdown, not leaked */
+    cs_spin kept_mu;
+    uint64_t *kept;
+    size_t nkept, capkept;
     uint32_t gen;
     stripe s[NSTRIPES];
 };
@@ -139,6 +145,7 @@ void cs_lc_destroy(cs_lifecycle *lc)
         }
         free(st->tab);
     }
+    free(lc->kept);
     free(lc);
 }
 
@@ -376,6 +383,33 @@ static void entomb(cs_lifecycle *lc, stripe *st, obj *o)
     st->fifo_len++;
 }
 
+/* ---- blocks kept alive through interpreter shutdown ---- */
+static void keep_at_shutdown(cs_lifecycle *lc, uint64_t data)
+{
+    cs_spin_lock(&lc->kept_mu);
+    if (lc->nkept == lc->capkept) {
+        size_t nc = lc->capkept ? lc->capkept * 2 : 64;
+        uint64_t *n = realloc(lc->kept, nc * sizeof *n);
+        if (n) {
+            lc->kept = n;
+            lc->capkept = nc;
+        }
+    }
+    if (lc->nkept < lc->capkept)
+        lc->kept[lc->nkept++] = data;
+    cs_spin_unlock(&lc->kept_mu);
+}
+
+static int kept_at_shutdown(cs_lifecycle *lc, uint64_t data)
+{
+    int found = 0;
+    cs_spin_lock(&lc->kept_mu);
+    for (size_t i = 0; i < lc->nkept && !found; i++)
+        found = lc->kept[i] == data;
+    cs_spin_unlock(&lc->kept_mu);
+    return found;
+}
+
 /* ---- DLPack ---- */
 
 static unsigned dlpack_event(cs_lifecycle *lc, stripe *st, const cs_event *ev, judge *j)
@@ -453,6 +487,8 @@ static unsigned dlpack_event(cs_lifecycle *lc, stripe *st, const cs_event *ev, j
     case CS_EV_DELETE: {
         if (!o)
             return 0;
+        if ((ev->flags & CS_EVF_NO_PYTHON) && ev->c)
+            keep_at_shutdown(lc, ev->c);
         int in_own_dtor = (ev->flags & CS_EVF_IN_DTOR) && ev->a == o->capsule;
         switch (o->state) {
         case CS_ST_CREATED:
@@ -676,6 +712,8 @@ int cs_lc_finish(cs_lifecycle *lc, int how)
             if (!o->key || o->state == CS_ST_RELEASED ||
                 (o->flags & (OF_LEAK_REPORTED | OF_NULL_DELETER)))
                 continue;
+            if (o->ns == CS_NS_NUMPY && kept_at_shutdown(lc, o->key))
+                continue; /* referenced by a consumer alive at shutdown */
             o->flags |= OF_LEAK_REPORTED;
             if (o->ns == CS_NS_NUMPY) {
                 report(lc, NULL, CS_KIND_NUMPY_LEAK, o, NULL, 0, 0);

@@ -143,7 +143,7 @@ enum cs_event_kind {
     CS_EV_OWN = 2,          /* numpy's internal numpy_dltensor capsule: a=capsule */
     CS_EV_CONSUME = 3,      /* renamed to used_*: a=capsule b=consumer return address */
     CS_EV_GETPTR_USED = 4,  /* pointer taken from a consumed capsule: a=capsule */
-    CS_EV_DELETE = 5,       /* deleter called: a=capsule whose destructor runs it, or 0 */
+    CS_EV_DELETE = 5,       /* deleter called: a=capsule whose destructor runs it, or 0; c=dl_tensor.data */
     CS_EV_DESTROY = 6,      /* capsule destructor returned: a=capsule; aux: CS_NAME_*; extra=1: it had no destructor */
     CS_EV_BAD_TENSOR = 7,   /* field check failed: aux=rule (13..21, 1, 7) extra=CS_BAD_* b=value */
     CS_EV_GETPTR = 8,       /* unconsumed capsule read by a consumer: a=capsule */

@@ -1,6 +1,13 @@
 """Every dtype both directions; prints one line per (dtype, direction):
    OK dtype dir   or   REFUSED dtype dir ExceptionType
-A refused import must leave the capsule unconsumed for its producer to release."""
+A refused import must leave the capsule unconsumed for its producer to release.
+
+Two of torch 1.13's refusals leak for real, and capsan must say so (verified
+natively: 2000 refusals of a 200 kB uint16 array grow RSS by ~390 MB):
+torch.from_numpy keeps a reference to an array whose dtype it rejects
+(TypeError), and torch.to_dlpack of a bool tensor allocates its manager
+struct, then throws on the dtype and never frees it (the tensor, and the
+numpy array under it, stay alive)."""
 import numpy as np
 import torch
 
@@ -17,7 +24,7 @@ for d in NP_DTYPES:
     except Exception as e:  # noqa: BLE001 - the refusal is what we record
         print("REFUSED", d, "np->torch", type(e).__name__)
     try:
-        src = torch.from_numpy(a.copy())
+        src = torch.from_numpy(a.copy())  # <-- from_numpy
     except TypeError:
         print("REFUSED", d, "torch->np", "NoTorchDtype")
         continue
