@@ -27,25 +27,34 @@ enum {
     NK_NPDL,      /* numpy_dltensor(_versioned): numpy's owner capsule */
 };
 
+/* strcmp against a literal without a library call: these run on every
+ * NumPy allocation and every DLPack exchange */
+static inline int eq(const char *s, const char *lit)
+{
+    while (*lit && *s == *lit)
+        s++, lit++;
+    return *s == *lit;
+}
+
 static int name_kind(const char *n)
 {
     if (!n)
         return NK_NONE;
     switch (n[0]) {
     case 'd':
-        if (!strcmp(n, "dltensor"))
+        if (eq(n, "dltensor"))
             return NK_DL;
-        if (!strcmp(n, "dltensor_versioned"))
+        if (eq(n, "dltensor_versioned"))
             return NK_DLV;
         return NK_NONE;
     case 'u':
-        if (!strcmp(n, "used_dltensor"))
+        if (eq(n, "used_dltensor"))
             return NK_USED;
-        if (!strcmp(n, "used_dltensor_versioned"))
+        if (eq(n, "used_dltensor_versioned"))
             return NK_USEDV;
         return NK_NONE;
     case 'n':
-        if (!strcmp(n, "numpy_dltensor") || !strcmp(n, "numpy_dltensor_versioned"))
+        if (eq(n, "numpy_dltensor") || eq(n, "numpy_dltensor_versioned"))
             return NK_NPDL;
         return NK_NONE;
     }
@@ -332,7 +341,7 @@ static void *hook_GetPointer(PyObject_ *cap, const char *name)
 {
     void *p = cs_py.Capsule_GetPointer(cap, name);
     int nk;
-    if (name && name[0] == 'm' && !strcmp(name, "mem_handler")) {
+    if (name && name[0] == 'm' && eq(name, "mem_handler")) {
         /* numpy reads the handler right before it allocates or frees */
         cs_np_note_handler(cap, p);
         return p;

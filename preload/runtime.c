@@ -476,6 +476,7 @@ static int start(int preload)
     cs_findings_init();
     cs_thread_init();
     cs_stack_init((void *)self_marker);
+    cs_clock_init();
     cs_trace_init(cs_opt.log_path, prologue);
     int n = 0;
     for (int i = 0; i < cs_capsule_nhooks; i++)

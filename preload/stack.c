@@ -219,7 +219,7 @@ typedef struct centry {
 typedef struct cs_stack_cache {
     centry e[CSETS][CWAYS];
     uint8_t victim[CSETS];
-    struct { const void *code; int lasti; int line; } lines[LSETS];
+    struct { const void *code; int lasti; int line; uint32_t code_id; } lines[LSETS];
 } cs_stack_cache;
 
 void cs_stack_cache_free(cs_stack_cache *c) { free(c); }
@@ -239,17 +239,20 @@ static int python_frames(cs_stack_cache *c, uint64_t *out, int max)
         int lasti = _PyInterpreterFrame_LASTI(f);
         unsigned slot = (unsigned)(((uintptr_t)co >> 4) ^ (unsigned)lasti * 2654435761u) % LSETS;
         int line;
+        uint32_t id;
         if (c->lines[slot].code == co && c->lines[slot].lasti == lasti) {
             line = c->lines[slot].line;
+            id = c->lines[slot].code_id;
         } else {
             line = cs_py.Code_Addr2Line(co, lasti * (int)sizeof(_Py_CODEUNIT));
+            id = code_intern(co);
+            if (!id)
+                break;
             c->lines[slot].code = co;
             c->lines[slot].lasti = lasti;
             c->lines[slot].line = line;
+            c->lines[slot].code_id = id;
         }
-        uint32_t id = code_intern(co);
-        if (!id)
-            break;
         out[n++] = CS_FRAME_PY_VALUE(id, line < 0 ? 0 : line, f->is_entry);
     }
     return n;
@@ -392,22 +395,14 @@ uint32_t cs_stack_capture(cs_thread *t, int gil)
     if (nd > 0 && unw_bt) {
         void *ips[128 + 16];
         /* capsan's own frames (hook, emit, capture) sit on top */
-        enum { SELF = 4, FIRST = 8 };
-        int want = gil && eval_hi && nd > FIRST ? FIRST : nd;
-        int got = unw_bt(ips, want + SELF), cut = -1;
-        for (;;) {
-            if (gil && eval_hi)
-                for (int i = 0; i < got; i++)
-                    if ((uintptr_t)ips[i] >= eval_lo && (uintptr_t)ips[i] < eval_hi) {
-                        cut = i;
-                        break;
-                    }
-            /* the eval loop was deeper than the first try: unwind again */
-            if (cut >= 0 || want == nd || got < want + SELF)
-                break;
-            want = nd;
-            got = unw_bt(ips, want + SELF);
-        }
+        enum { SELF = 3 };
+        int got = unw_bt(ips, nd + SELF), cut = -1;
+        if (gil && eval_hi)
+            for (int i = 0; i < got; i++)
+                if ((uintptr_t)ips[i] >= eval_lo && (uintptr_t)ips[i] < eval_hi) {
+                    cut = i;
+                    break;
+                }
         if (cut >= 0)
             got = cut + 1; /* keep the eval frame: the Python frames go there */
         for (int i = 0; i < got && n < nd; i++)

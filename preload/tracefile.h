@@ -39,6 +39,8 @@ void cs_trace_fork_lock(int lock);
 /* Flush to disk (msync) and stop writing. */
 void cs_trace_close(void);
 
+/* CLOCK_MONOTONIC in ns, cheaply (TSC-based when invariant). */
 uint64_t cs_now_ns(void);
+void cs_clock_init(void);
 
 #endif
