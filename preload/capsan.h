@@ -54,6 +54,11 @@ CAPSAN_API struct _object *capsan_get_handler(void);
  * that are still live: each becomes a numpy-leak finding now. Returns how
  * many. Call after gc.collect(). GIL held. */
 CAPSAN_API int capsan_handler_leaks(struct _object *handler);
+/* Declare the DLPack device type (e.g. 3, kDLCUDAHost) of the memory a
+ * handler hands out: exporting its data as plain CPU (device type 1) is then
+ * reported as dlpack-device-mismatch. Handler names containing "cuda_host"
+ * or "pinned" are taken as kDLCUDAHost without this call. 0 or -1. */
+CAPSAN_API int capsan_handler_set_device(struct _object *handler, int device_type);
 
 #ifdef __cplusplus
 }

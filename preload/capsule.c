@@ -174,6 +174,7 @@ static int in_dtor_of(const void *cap)
 static void deleter_tramp(void *mt)
 {
     cs_thread *t = cs_thread_get();
+    int nogil = cs_recording && cs_py.ok && cs_py.IsInitialized() && !cs_py.GILState_Check();
     void *dcap = t ? t->dtor_capsule : NULL;
     cs_event ev = {.kind = CS_EV_DELETE, .obj = (uint64_t)(uintptr_t)mt,
                    .a = (uint64_t)(uintptr_t)dcap, .flags = dcap ? CS_EVF_IN_DTOR : 0};
@@ -194,7 +195,13 @@ static void deleter_tramp(void *mt)
     }
     if (verdict & CS_VERDICT_SKIP)
         return;
+    /* torch calls foreign deleters without the GIL (R12): whatever Python
+     * the deleter reaches without taking it is reported (cs_check_gil) */
+    if (nogil)
+        cs_deleter_nogil(1);
     ((void (*)(void *))(uintptr_t)origin.b)(mt);
+    if (nogil)
+        cs_deleter_nogil(0);
 }
 
 static void capsule_dtor_tramp(PyObject_ *cap)
@@ -252,6 +259,7 @@ static void export(void *mt, PyObject_ *cap, int versioned)
         *slot = (void *)deleter_tramp;
     }
     cs_emit(&ev, 1, NULL, NULL);
+    cs_np_check_export_device(ev.obj, cs_dl_data(mt), cs_dl_device_type(mt, versioned));
     for (int i = 0; i < np; i++) {
         cs_event b = {.kind = CS_EV_BAD_TENSOR, .obj = ev.obj, .a = ev.a,
                       .aux = (uint16_t)probs[i].rule, .extra = probs[i].code,
@@ -260,9 +268,12 @@ static void export(void *mt, PyObject_ *cap, int versioned)
     }
 }
 
+#define GIL_CHECK() cs_check_gil(__builtin_return_address(0), CS_NOGIL_CAPSULE)
+
 static PyObject_ *hook_New(void *ptr, const char *name, cs_capsule_dtor dtor)
 {
     int nk = name_kind(name);
+    GIL_CHECK();
     if (nk == NK_NONE || !cs_recording)
         return cs_py.Capsule_New(ptr, name, dtor);
     if (nk == NK_NPDL) {
@@ -301,6 +312,7 @@ static int consumer_ignores_offset(const void *ret)
 static int hook_SetName(PyObject_ *cap, const char *name)
 {
     void *ret = __builtin_return_address(0);
+    GIL_CHECK();
     int nk = name_kind(name);
     if (!cs_recording)
         return cs_py.Capsule_SetName(cap, name);
@@ -339,6 +351,7 @@ static int hook_SetName(PyObject_ *cap, const char *name)
 
 static void *hook_GetPointer(PyObject_ *cap, const char *name)
 {
+    GIL_CHECK();
     void *p = cs_py.Capsule_GetPointer(cap, name);
     int nk;
     if (name && name[0] == 'm' && eq(name, "mem_handler")) {
@@ -369,11 +382,13 @@ static void *hook_GetPointer(PyObject_ *cap, const char *name)
 
 static int hook_IsValid(PyObject_ *cap, const char *name)
 {
+    GIL_CHECK();
     return cs_py.Capsule_IsValid(cap, name);
 }
 
 static int hook_SetDestructor(PyObject_ *cap, cs_capsule_dtor d)
 {
+    GIL_CHECK();
     /* our wrapper stays in place; the new destructor becomes the original */
     if (cupdate(cap, d, NULL, 0))
         return 0;
@@ -382,6 +397,7 @@ static int hook_SetDestructor(PyObject_ *cap, cs_capsule_dtor d)
 
 static cs_capsule_dtor hook_GetDestructor(PyObject_ *cap)
 {
+    GIL_CHECK();
     capent e;
     cs_capsule_dtor d = cs_py.Capsule_GetDestructor(cap);
     if (d == capsule_dtor_tramp && cget(cap, &e, 0))
@@ -391,6 +407,7 @@ static cs_capsule_dtor hook_GetDestructor(PyObject_ *cap)
 
 static int hook_SetPointer(PyObject_ *cap, void *p)
 {
+    GIL_CHECK();
     int rc = cs_py.Capsule_SetPointer(cap, p);
     if (rc == 0)
         cupdate(cap, NULL, p, 1);

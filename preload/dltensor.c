@@ -168,3 +168,8 @@ uint64_t cs_dl_data(const void *mt)
         return (uint64_t)(uintptr_t)v->dl_tensor.data;
     return (uint64_t)(uintptr_t)tensor_of(mt, 0)->data;
 }
+
+int cs_dl_device_type(const void *mt, int versioned)
+{
+    return plausible(mt) ? tensor_of(mt, versioned)->device.device_type : 0;
+}

@@ -28,6 +28,7 @@ uint64_t cs_dl_byte_offset(const void *mt, int versioned);
 /* dl_tensor.data of a live struct of either layout (the deleter is told
  * apart by which offset holds capsan's trampoline; 0 if unknown). */
 uint64_t cs_dl_data(const void *mt);
+int cs_dl_device_type(const void *mt, int versioned);
 
 static inline void **cs_dl_deleter_slot(void *mt, int versioned)
 {

@@ -545,6 +545,23 @@ static unsigned dlpack_event(cs_lifecycle *lc, stripe *st, const cs_event *ev, j
         return 0;
     }
 
+    case CS_EV_NO_GIL: {
+        /* obj is the call site, already deduplicated by the runtime */
+        obj tmp = {.key = ev->obj};
+        int kind = ev->aux == CS_NOGIL_IN_DELETER ? CS_KIND_DLPACK_DELETER_NO_GIL
+                 : ev->aux == CS_NOGIL_HANDLER    ? CS_KIND_NUMPY_HANDLER_NO_GIL
+                                                  : CS_KIND_CAPSULE_NO_GIL;
+        report(lc, j, kind, &tmp, ev, ev->aux, ev->a);
+        return 0;
+    }
+
+    case CS_EV_DEVICE:
+        if (o) {
+            hist_add(st, o, ev, j);
+            report(lc, j, CS_KIND_DLPACK_DEVICE_MISMATCH, o, NULL, ev->aux, ev->b);
+        }
+        return 0;
+
     case CS_EV_DESTROY:
         if (!o || ev->a != o->capsule)
             return 0;
@@ -739,6 +756,8 @@ const char *cs_event_name(const cs_event *ev)
     case CS_EV_CONSUME: return "consume";
     case CS_EV_GETPTR_USED:
     case CS_EV_GETPTR: return "reconsume";
+    case CS_EV_NO_GIL: return "call";
+    case CS_EV_DEVICE: return "alloc";
     case CS_EV_DELETE: return "delete";
     case CS_EV_DESTROY: return "destroy";
     case CS_EV_BAD_TENSOR: return "check";
@@ -763,6 +782,8 @@ const char *cs_event_phrase(const cs_finding *f, int i)
     case CS_EV_CONSUME: return earlier ? "consumed again at" : "consumed at";
     case CS_EV_GETPTR_USED: return "pointer taken from the consumed capsule at";
     case CS_EV_GETPTR: return "pointer taken again at";
+    case CS_EV_NO_GIL: return "called without the GIL at";
+    case CS_EV_DEVICE: return "its data was allocated by that handler at";
     case CS_EV_DELETE:
         if (ev->flags & CS_EVF_SKIPPED)
             return "deleter call skipped (protect=1) at";
@@ -782,8 +803,16 @@ const char *cs_event_phrase(const cs_finding *f, int i)
 
 const char *cs_finding_object_type(const cs_finding *f)
 {
-    if (f->kind >= CS_KIND_NUMPY_LEAK)
-        return f->kind == CS_KIND_NUMPY_BAD_HANDLER ? "PyDataMem_Handler" : "numpy data";
+    switch (f->kind) {
+    case CS_KIND_NUMPY_BAD_HANDLER: return "PyDataMem_Handler";
+    case CS_KIND_NUMPY_LEAK:
+    case CS_KIND_NUMPY_DOUBLE_FREE:
+    case CS_KIND_NUMPY_FOREIGN_FREE:
+    case CS_KIND_NUMPY_STALE_HANDLER:
+    case CS_KIND_NUMPY_HANDLER_NO_GIL: return "numpy data";
+    case CS_KIND_CAPSULE_NO_GIL:
+    case CS_KIND_DLPACK_DELETER_NO_GIL: return "call site";
+    }
     for (int i = 0; i < f->nevents; i++)
         if (f->events[i].kind == CS_EV_EXPORT)
             return (f->events[i].aux & CS_DLV_VERSIONED) ? "DLManagedTensorVersioned"
@@ -871,6 +900,23 @@ const char *cs_finding_message(const cs_finding *f, char *buf, size_t n)
         snprintf(buf, n, "%s 0x%llx has byte_offset %llu but was consumed by a consumer that "
                  "ignores byte_offset (torch): it reads the wrong elements", t, p,
                  (unsigned long long)f->value);
+        break;
+    case CS_KIND_CAPSULE_NO_GIL:
+        snprintf(buf, n, "a PyCapsule function was called without holding the GIL "
+                 "(PyGILState_Check() == 0): take it with PyGILState_Ensure first");
+        break;
+    case CS_KIND_NUMPY_HANDLER_NO_GIL:
+        snprintf(buf, n, "NumPy data 0x%llx was allocated or freed through a memory handler "
+                 "without the GIL: numpy and its default handler expect it held (R33)", p);
+        break;
+    case CS_KIND_DLPACK_DELETER_NO_GIL:
+        snprintf(buf, n, "a DLPack deleter called without the GIL (as torch calls foreign "
+                 "deleters) used the Python C API without PyGILState_Ensure (R12)");
+        break;
+    case CS_KIND_DLPACK_DEVICE_MISMATCH:
+        snprintf(buf, n, "%s 0x%llx exports data 0x%llx as CPU memory, but the handler that "
+                 "allocated it declared DLPack device type %u: consumers will treat it as "
+                 "plain host memory", t, p, (unsigned long long)f->value, f->detail);
         break;
     case CS_KIND_NUMPY_LEAK:
         snprintf(buf, n, "%llu bytes of NumPy data at 0x%llx allocated and never freed",

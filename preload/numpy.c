@@ -49,10 +49,12 @@ typedef struct known {
     const np_handler *h;
     np_handler snap;
     int gone; /* its functions left the address space: never read it again */
+    int device; /* DLPack device type it serves; 0 = plain host memory */
 } known;
 
 static known handlers[MAX_HANDLERS];
 static int nhandlers;
+static int any_device; /* some handler serves another device: check exports */
 static cs_spin hmu = CS_SPIN_INIT;
 
 static __thread const void *cur_cap __attribute__((tls_model("initial-exec")));
@@ -98,6 +100,12 @@ static void remember(const np_handler *h)
         handlers[nhandlers].h = h;
         memcpy(&handlers[nhandlers].snap, h, sizeof *h);
         handlers[nhandlers].gone = 0;
+        /* names that say what memory they hand out */
+        handlers[nhandlers].device = strstr(h->name, "cuda_host") || strstr(h->name, "pinned")
+                                         ? 3 /* kDLCUDAHost */
+                                         : strstr(h->name, "cuda_managed") ? 13 : 0;
+        if (handlers[nhandlers].device)
+            any_device = 1;
         nhandlers++;
     }
     cs_spin_unlock(&hmu);
@@ -129,6 +137,49 @@ static uint32_t staleness(const np_handler *h)
     return why;
 }
 
+void cs_np_check_export_device(uint64_t mt, uint64_t data, int devtype)
+{
+    if (!any_device || devtype != 1 /* kDLCPU */ || !data || !cs_lc)
+        return;
+    cs_event origin;
+    cs_lc_lock(cs_lc, data);
+    int found = cs_lc_origin(cs_lc, CS_NS_NUMPY, data, &origin) &&
+                cs_lc_state(cs_lc, CS_NS_NUMPY, data) == CS_ST_CREATED;
+    cs_lc_unlock(cs_lc, data);
+    if (!found || !origin.c)
+        return;
+    int dev = 0;
+    cs_spin_lock(&hmu);
+    known *k = known_of((const np_handler *)(uintptr_t)origin.c);
+    if (k)
+        dev = k->device;
+    cs_spin_unlock(&hmu);
+    if (!dev || dev == 1)
+        return;
+    /* the finding shows the export (the struct's history) and where the
+     * device memory was allocated (this event's stack) */
+    cs_event ev = {.kind = CS_EV_DEVICE, .obj = mt, .b = data, .c = origin.c,
+                   .aux = (uint16_t)dev, .stack = origin.stack};
+    cs_emit(&ev, 0, NULL, NULL);
+}
+
+int capsan_handler_set_device(PyObject_ *handler, int device_type)
+{
+    const np_handler *h = handler ? cs_py.Capsule_GetPointer(handler, "mem_handler") : NULL;
+    if (!h)
+        return -1;
+    remember(h);
+    cs_spin_lock(&hmu);
+    known *k = known_of(h);
+    if (k) {
+        k->device = device_type;
+        if (device_type && device_type != 1)
+            any_device = 1;
+    }
+    cs_spin_unlock(&hmu);
+    return k ? 0 : -1;
+}
+
 void cs_np_after_dlclose(void)
 {
     /* a handler whose free function was unloaded must not be read again:
@@ -153,6 +204,7 @@ static PyObject_ *numpy_allocator_var; /* numpy's "current_allocator" */
 static int hook_track(unsigned int domain, uintptr_t ptr, size_t size)
 {
     if (domain == NPY_TRACE_DOMAIN && ptr && cs_recording) {
+        cs_check_gil(__builtin_return_address(0), CS_NOGIL_HANDLER);
         cs_event ev = {.kind = CS_EV_NP_ALLOC, .obj = ptr, .a = size,
                        .b = (uint64_t)(uintptr_t)cur_cap, .c = (uint64_t)(uintptr_t)cur_handler};
         cs_emit(&ev, 1, NULL, NULL);
@@ -163,6 +215,7 @@ static int hook_track(unsigned int domain, uintptr_t ptr, size_t size)
 static int hook_untrack(unsigned int domain, uintptr_t ptr)
 {
     if (domain == NPY_TRACE_DOMAIN && ptr && cs_recording) {
+        cs_check_gil(__builtin_return_address(0), CS_NOGIL_HANDLER);
         cs_event ev = {.kind = CS_EV_NP_FREE, .obj = ptr, .b = (uint64_t)(uintptr_t)cur_cap,
                        .c = (uint64_t)(uintptr_t)cur_handler, .extra = staleness(cur_handler)};
         cs_emit(&ev, 1, NULL, NULL);

@@ -23,6 +23,7 @@ int cs_pyapi_init(void)
     SYM(IsInitialized, "Py_IsInitialized");
     SYM(GILState_Check, "PyGILState_Check");
     SYM(ThreadState_UncheckedGet, "_PyThreadState_UncheckedGet");
+    SYM(GILState_GetThisThreadState, "PyGILState_GetThisThreadState");
     SYM(Code_Addr2Line, "PyCode_Addr2Line");
     SYM(Unicode_AsUTF8, "PyUnicode_AsUTF8");
     SYM(Err_Fetch, "PyErr_Fetch");

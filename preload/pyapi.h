@@ -27,6 +27,7 @@ typedef struct cs_pyapi {
     int (*IsInitialized)(void);
     int (*GILState_Check)(void);
     void *(*ThreadState_UncheckedGet)(void);
+    void *(*GILState_GetThisThreadState)(void);
     int (*Code_Addr2Line)(void *code, int lasti);
     const char *(*Unicode_AsUTF8)(PyObject_ *);
     void (*Err_Fetch)(PyObject_ **, PyObject_ **, PyObject_ **);

@@ -24,6 +24,7 @@
 #include "numpy.h"
 #include "options.h"
 #include "pyapi.h"
+#include "spin.h"
 #include "stack.h"
 #include "tracefile.h"
 
@@ -118,6 +119,41 @@ unsigned cs_emit(cs_event *ev, int want_stack, cs_event *origin, int *found)
     if (cs_opt.halt_on_error && cs_findings_errors())
         halt();
     return v;
+}
+
+/* ---- calls without the GIL (R12, R33) ---- */
+
+static __thread int in_nogil_deleter __attribute__((tls_model("initial-exec")));
+#define NOGIL_SITES 1024
+static uintptr_t nogil_sites[NOGIL_SITES];
+static cs_spin nogil_mu = CS_SPIN_INIT;
+
+void cs_deleter_nogil(int on) { in_nogil_deleter = on; }
+
+void cs_check_gil(const void *site, int what)
+{
+    if (!cs_recording || !cs_py.ok || cs_py.GILState_Check() || !cs_py.IsInitialized())
+        return;
+    if (in_nogil_deleter)
+        what = CS_NOGIL_IN_DELETER;
+    uintptr_t key = (uintptr_t)site ^ (uintptr_t)what;
+    int fresh = 1;
+    cs_spin_lock(&nogil_mu);
+    for (size_t i = (key >> 4) % NOGIL_SITES, n = 0; n < NOGIL_SITES; i = (i + 1) % NOGIL_SITES, n++) {
+        if (nogil_sites[i] == key) {
+            fresh = 0;
+            break;
+        }
+        if (!nogil_sites[i]) {
+            nogil_sites[i] = key;
+            break;
+        }
+    }
+    cs_spin_unlock(&nogil_mu);
+    if (!fresh)
+        return;
+    cs_event ev = {.kind = CS_EV_NO_GIL, .obj = (uint64_t)(uintptr_t)site, .aux = (uint16_t)what};
+    cs_emit(&ev, 1, NULL, NULL);
 }
 
 /* ---- the trace prologue: who we are, what is loaded, what a forked

@@ -20,6 +20,12 @@ extern volatile int cs_recording;
  * protect=1. ev->stack is filled in. */
 unsigned cs_emit(cs_event *ev, int want_stack, cs_event *export_out, int *found);
 
+/* A Python-facing call at `site` (a return address) by a thread without
+ * the GIL: reported once per site (CS_NOGIL_*). Cheap when the GIL is held. */
+void cs_check_gil(const void *site, int what);
+/* Set while a deleter entered without the GIL runs on this thread. */
+void cs_deleter_nogil(int on);
+
 /* Live findings: the lifecycle callback; prints and counts them. */
 void cs_findings_init(void); /* loads the suppressions option */
 void cs_findings_cb(void *ud, const cs_finding *f);

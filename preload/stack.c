@@ -19,6 +19,7 @@
 
 #include "options.h"
 #include "pyapi.h"
+#include "spin.h"
 #include "tracefile.h"
 
 #define MAXF 256
@@ -90,6 +91,9 @@ typedef struct code_info {
     _Atomic uint32_t gen;  /* trace generation it was written in */
 } code_info;
 
+/* Interning needs the GIL (it reads str objects); a thread without it may
+ * only look up code objects interned already, under this lock. */
+static cs_spin code_mu = CS_SPIN_INIT;
 static PyCodeObject **code_keys;   /* open addressing, strong refs */
 static uint32_t *code_vals;
 static size_t code_cap, code_used;
@@ -122,8 +126,35 @@ static char *utf8_copy(PyObject *s)
     return strdup(u ? u : "?");
 }
 
+/* Without the GIL: the id of a code object interned earlier, or 0. */
+static uint32_t code_lookup(const PyCodeObject *co)
+{
+    uint32_t id = 0;
+    cs_spin_lock(&code_mu);
+    if (code_cap) {
+        size_t m = code_cap - 1;
+        for (size_t i = ((uintptr_t)co >> 4) & m; code_keys[i]; i = (i + 1) & m)
+            if (code_keys[i] == co) {
+                id = code_vals[i];
+                break;
+            }
+    }
+    cs_spin_unlock(&code_mu);
+    return id;
+}
+
+static uint32_t code_intern_locked(PyCodeObject *co);
+
 /* GIL held. Returns 0 when out of memory. */
 static uint32_t code_intern(PyCodeObject *co)
+{
+    cs_spin_lock(&code_mu);
+    uint32_t id = code_intern_locked(co);
+    cs_spin_unlock(&code_mu);
+    return id;
+}
+
+static uint32_t code_intern_locked(PyCodeObject *co)
 {
     if (code_cap && (code_used + 1) * 2 <= code_cap) {
         size_t m = code_cap - 1;
@@ -224,11 +255,15 @@ typedef struct cs_stack_cache {
 
 void cs_stack_cache_free(cs_stack_cache *c) { free(c); }
 
-static int python_frames(cs_stack_cache *c, uint64_t *out, int max)
+/* gil == 0: this thread released the GIL inside C code; its own frame
+ * chain cannot change meanwhile, but nothing may be interned */
+static int python_frames(cs_stack_cache *c, uint64_t *out, int max, int gil)
 {
     if (!cs_py.frames_311 || max <= 0)
         return 0;
-    PyThreadState *ts = cs_py.ThreadState_UncheckedGet();
+    PyThreadState *ts = gil ? cs_py.ThreadState_UncheckedGet()
+                            : (cs_py.GILState_GetThisThreadState
+                                   ? cs_py.GILState_GetThisThreadState() : NULL);
     if (!ts || !ts->cframe)
         return 0;
     int n = 0;
@@ -244,10 +279,10 @@ static int python_frames(cs_stack_cache *c, uint64_t *out, int max)
             line = c->lines[slot].line;
             id = c->lines[slot].code_id;
         } else {
-            line = cs_py.Code_Addr2Line(co, lasti * (int)sizeof(_Py_CODEUNIT));
-            id = code_intern(co);
+            id = gil ? code_intern(co) : code_lookup(co);
             if (!id)
                 break;
+            line = cs_py.Code_Addr2Line(co, lasti * (int)sizeof(_Py_CODEUNIT));
             c->lines[slot].code = co;
             c->lines[slot].lasti = lasti;
             c->lines[slot].line = line;
@@ -381,7 +416,7 @@ int cs_stack_raw(uint32_t id, uint64_t *vals, int max)
 
 uint32_t cs_stack_capture(cs_thread *t, int gil)
 {
-    int nd = (int)cs_opt.native_depth, pd = gil ? (int)cs_opt.python_depth : 0;
+    int nd = (int)cs_opt.native_depth, pd = (int)cs_opt.python_depth;
     if (nd > 128)
         nd = 128;
     if (pd > 128)
@@ -409,8 +444,8 @@ uint32_t cs_stack_capture(cs_thread *t, int gil)
             if ((uintptr_t)ips[i] < self_lo || (uintptr_t)ips[i] >= self_hi)
                 vals[n++] = (uint64_t)(uintptr_t)ips[i] & ~CS_FRAME_PY;
     }
-    if (pd > 0)
-        n += python_frames(t->cache, vals + n, pd);
+    if (pd > 0 && (gil || cs_py.IsInitialized()))
+        n += python_frames(t->cache, vals + n, pd, gil);
     if (n == 0)
         return 0;
     uint64_t h = 0x12345;

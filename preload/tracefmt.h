@@ -147,6 +147,8 @@ enum cs_event_kind {
     CS_EV_DESTROY = 6,      /* capsule destructor returned: a=capsule; aux: CS_NAME_*; extra=1: it had no destructor */
     CS_EV_BAD_TENSOR = 7,   /* field check failed: aux=rule (13..21, 1, 7) extra=CS_BAD_* b=value */
     CS_EV_GETPTR = 8,       /* unconsumed capsule read by a consumer: a=capsule */
+    CS_EV_NO_GIL = 9,       /* a Python call without the GIL: obj=call site; aux=CS_NOGIL_* */
+    CS_EV_DEVICE = 10,      /* export of data from a device handler: obj=struct b=data c=handler; aux=device */
     /* NumPy data memory (issue 3); obj = the data pointer */
     CS_EV_NP_ALLOC = 16,    /* a=size b=handler capsule c=handler struct */
     CS_EV_NP_FREE = 17,     /* b=handler capsule c=handler struct; extra=CS_STALE_* or 0 */
@@ -161,6 +163,9 @@ enum cs_stale {
     CS_STALE_UNLOADED = 2,  /* its functions are no longer in a loaded object */
     CS_STALE_OTHER = 3,     /* not the handler that allocated the block */
 };
+
+/* CS_EV_NO_GIL aux: what was called */
+enum cs_nogil { CS_NOGIL_CAPSULE = 1, CS_NOGIL_HANDLER = 2, CS_NOGIL_IN_DELETER = 3 };
 
 /* CS_EV_EXPORT / CS_EV_CONSUME aux bits */
 #define CS_DLV_VERSIONED 1u

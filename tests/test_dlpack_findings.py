@@ -16,7 +16,8 @@ import pytest
 from conftest import (CAPSAN, DEFAULT_EXITCODE, LIBCAPSAN, SCENARIOS, STATIC_PY, Result,
                       assert_finding_at, check_schema, assert_lsan_stderr, base_env, capsan_report,
                       contract_kinds, contract_options, findings, is_signal, kinds, marker_line,
-                      process_of, require_fixtures, require_runtime, run_capsan, run_plain, trace_files)
+                      process_of, require_fixtures, require_runtime, run_capsan, run_plain, trace_files,
+                      events_at)
 
 S = SCENARIOS
 
@@ -30,6 +31,8 @@ COVERED = {
     "dlpack-null-deleter": "test_null_deleter_warning / test_null_deleter_call_segfaults",
     "dlpack-bad-tensor": "test_bad_tensor",
     "dlpack-byte-offset-ignored": "test_byte_offset_ignored_by_torch",
+    "dlpack-deleter-no-gil": "test_gil.py::test_deleter_uses_python_without_gil",
+    "dlpack-device-mismatch": "test_device_mismatch",
 }
 
 
@@ -536,3 +539,18 @@ def test_halt_on_error_stops_before_the_double_free(tmp_path):
     assert_finding_at(res, "dlpack-double-delete", script, "delete", event="delete")
     p = process_of(res.report)
     assert p["ended"] == "exit" and p["status"] == DEFAULT_EXITCODE, p
+
+
+# ---------------------------------------------------------------- devices
+
+def test_device_mismatch(tmp_path):
+    """Memory from a handler for pinned host memory, exported as plain CPU."""
+    script = S / "dl_device_mismatch.py"
+    res = run_capsan(script, tmp_path)
+    assert res.returncode == 0, "a warning keeps the exit status\n" + res.describe()
+    assert "sum 28.0" in res.stdout
+    f = assert_finding_at(res, "dlpack-device-mismatch", script, "export", event="export",
+                          innermost=False)
+    # the second event is where the pinned memory was allocated
+    assert events_at(f, script, marker_line(script, "alloc"), "alloc"), f
+    assert kinds(res.report) == {"dlpack-device-mismatch"}
