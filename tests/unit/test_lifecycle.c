@@ -1,0 +1,219 @@
+/* Unit tests of preload/lifecycle.c: event sequences in, findings out.
+ * The same module judges live in the runtime and offline in the reader,
+ * so these sequences pin down both. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lifecycle.h"
+
+static int failures, checks;
+static cs_finding got[64];
+static int ngot;
+static cs_event sunk[64];
+static int nsunk;
+
+static void on_finding(void *ud, const cs_finding *f)
+{
+    (void)ud;
+    if (ngot < 64)
+        got[ngot++] = *f;
+}
+
+static void on_sink(void *ud, const cs_event *ev)
+{
+    (void)ud;
+    if (nsunk < 64)
+        sunk[nsunk++] = *ev;
+}
+
+#define CHECK(cond, ...)                                                       \
+    do {                                                                       \
+        checks++;                                                              \
+        if (!(cond)) {                                                         \
+            failures++;                                                        \
+            fprintf(stderr, "%s:%d: FAILED %s: ", __FILE__, __LINE__, #cond);  \
+            fprintf(stderr, __VA_ARGS__);                                      \
+            fputc('\n', stderr);                                               \
+        }                                                                      \
+    } while (0)
+
+static cs_lifecycle *fresh(int protect)
+{
+    ngot = nsunk = 0;
+    cs_lifecycle *lc = cs_lc_create(on_finding, NULL, 0);
+    cs_lc_set_protect(lc, protect);
+    cs_lc_set_sink(lc, on_sink, NULL);
+    return lc;
+}
+
+static unsigned ev(cs_lifecycle *lc, int kind, uint64_t obj, uint64_t a, uint8_t flags)
+{
+    static uint64_t t;
+    cs_event e = {.kind = (uint8_t)kind, .obj = obj, .a = a, .flags = flags, .time_ns = ++t,
+                  .b = 0x1234, .c = 64};
+    return cs_lc_event(lc, &e);
+}
+
+enum { MT = 0x1000, CAP = 0x2000, CAP2 = 0x3000 };
+
+static void test_clean_exchange(void)
+{
+    cs_lifecycle *lc = fresh(0);
+    ev(lc, CS_EV_EXPORT, MT, CAP, 0);
+    ev(lc, CS_EV_CONSUME, MT, CAP, 0);
+    ev(lc, CS_EV_DESTROY, MT, CAP, 0);
+    ev(lc, CS_EV_DELETE, MT, 0, 0);
+    cs_lc_finish(lc, CS_END_EXIT);
+    CHECK(ngot == 0, "a clean exchange reported %d finding(s)", ngot);
+    CHECK(nsunk == 0, "a clean object's events reached the trace (%d)", nsunk);
+    cs_lc_destroy(lc);
+}
+
+static void test_double_delete(void)
+{
+    cs_lifecycle *lc = fresh(0);
+    ev(lc, CS_EV_EXPORT, MT, CAP, 0);
+    ev(lc, CS_EV_CONSUME, MT, CAP, 0);
+    CHECK(ev(lc, CS_EV_DELETE, MT, 0, 0) == 0, "first delete must run");
+    unsigned v = ev(lc, CS_EV_DELETE, MT, 0, 0);
+    CHECK(v & CS_VERDICT_SKIP, "second delete must be skippable");
+    CHECK(ngot == 1 && got[0].kind == CS_KIND_DLPACK_DOUBLE_DELETE, "kind %d", ngot ? got[0].kind : -1);
+    CHECK(got[0].nevents == 4, "history export, consume, delete, delete: %d", got[0].nevents);
+    /* write-behind: the whole history reached the sink, once, in order */
+    CHECK(nsunk == 4 && sunk[0].kind == CS_EV_EXPORT && sunk[3].kind == CS_EV_DELETE,
+          "sunk %d events", nsunk);
+    cs_lc_destroy(lc);
+}
+
+static void test_not_renamed_then_destructor(void)
+{
+    cs_lifecycle *lc = fresh(1);
+    ev(lc, CS_EV_EXPORT, MT, CAP, 0);
+    ev(lc, CS_EV_DELETE, MT, 0, 0); /* consumer deletes, capsule still "dltensor" */
+    unsigned v = ev(lc, CS_EV_DELETE, MT, CAP, CS_EVF_IN_DTOR); /* producer's destructor */
+    CHECK(v & CS_VERDICT_SKIP, "the predicted second delete is skippable");
+    CHECK(ngot == 1 && got[0].kind == CS_KIND_DLPACK_NOT_RENAMED,
+          "one dlpack-not-renamed, got %d (first kind %d)", ngot, ngot ? got[0].kind : -1);
+    cs_lc_destroy(lc);
+}
+
+static void test_unchecked_destructor(void)
+{
+    for (int protect = 0; protect <= 1; protect++) {
+        cs_lifecycle *lc = fresh(protect);
+        ev(lc, CS_EV_EXPORT, MT, CAP, 0);
+        ev(lc, CS_EV_CONSUME, MT, CAP, 0);
+        ev(lc, CS_EV_DELETE, MT, CAP, CS_EVF_IN_DTOR); /* destructor ignored the name */
+        ev(lc, CS_EV_DELETE, MT, 0, 0);                /* the consumer's own release */
+        cs_lc_finish(lc, CS_END_EXIT);
+        CHECK(ngot == 1 && got[0].kind == CS_KIND_DLPACK_UNCHECKED_DESTRUCTOR,
+              "protect=%d: %d finding(s), first kind %d", protect, ngot, ngot ? got[0].kind : -1);
+        cs_lc_destroy(lc);
+    }
+}
+
+static void test_leaks(void)
+{
+    cs_lifecycle *lc = fresh(0);
+    ev(lc, CS_EV_EXPORT, MT, CAP, 0);
+    ev(lc, CS_EV_CONSUME, MT, CAP, 0); /* never deleted */
+    ev(lc, CS_EV_EXPORT, MT + 64, CAP2, 0);
+    ev(lc, CS_EV_DESTROY, MT + 64, CAP2, 0); /* died unconsumed, not released */
+    CHECK(ngot == 1 && got[0].kind == CS_KIND_DLPACK_LEAK && got[0].detail == CS_LEAK_DESTROYED,
+          "destroyed-unreleased leak at destroy time");
+    cs_lc_finish(lc, CS_END_SIGNAL);
+    CHECK(ngot == 1, "no leak judgement for a killed process");
+    cs_lc_finish(lc, CS_END_EXIT);
+    CHECK(ngot == 2 && got[1].detail == CS_LEAK_CONSUMED && got[1].bytes == 64,
+          "consumed-never-deleted leak at exit");
+    cs_lc_destroy(lc);
+}
+
+static void test_null_deleter_never_leaks(void)
+{
+    cs_lifecycle *lc = fresh(0);
+    ev(lc, CS_EV_EXPORT, MT, CAP, CS_EVF_NULL_DELETER);
+    ev(lc, CS_EV_CONSUME, MT, CAP, 0);
+    cs_lc_finish(lc, CS_END_EXIT);
+    CHECK(ngot == 1 && got[0].kind == CS_KIND_DLPACK_NULL_DELETER, "only the warning: %d", ngot);
+    CHECK(cs_kind_severity(got[0].kind) == CS_SEV_WARNING, "a warning");
+    cs_lc_destroy(lc);
+}
+
+static void test_reconsume(void)
+{
+    cs_lifecycle *lc = fresh(0);
+    ev(lc, CS_EV_EXPORT, MT, CAP, 0);
+    ev(lc, CS_EV_CONSUME, MT, CAP, 0);
+    ev(lc, CS_EV_GETPTR_USED, MT, CAP, 0);
+    CHECK(ngot == 1 && got[0].kind == CS_KIND_DLPACK_RECONSUME, "reconsume");
+    cs_lc_destroy(lc);
+}
+
+static void test_numpy_blocks(void)
+{
+    cs_lifecycle *lc = fresh(0);
+    cs_event a = {.kind = CS_EV_NP_ALLOC, .obj = 0x5000, .a = 80, .c = 0xAA};
+    cs_event f = {.kind = CS_EV_NP_FREE, .obj = 0x5000, .c = 0xAA};
+    cs_lc_event(lc, &a);
+    cs_lc_event(lc, &f);
+    CHECK(ngot == 0, "alloc+free is clean");
+    cs_lc_event(lc, &f);
+    CHECK(ngot == 1 && got[0].kind == CS_KIND_NUMPY_DOUBLE_FREE, "double free");
+    cs_event other = {.kind = CS_EV_NP_FREE, .obj = 0x9000, .c = 0xAA};
+    cs_lc_event(lc, &other);
+    CHECK(ngot == 1, "an unknown block may predate capsan: no finding");
+    cs_event a2 = {.kind = CS_EV_NP_ALLOC, .obj = 0x6000, .a = 8, .c = 0xAA};
+    cs_event f2 = {.kind = CS_EV_NP_FREE, .obj = 0x6000, .c = 0xBB};
+    cs_lc_event(lc, &a2);
+    cs_lc_event(lc, &f2);
+    CHECK(ngot == 2 && got[1].kind == CS_KIND_NUMPY_STALE_HANDLER && got[1].detail == CS_STALE_OTHER,
+          "freed by another handler");
+    cs_event a3 = {.kind = CS_EV_NP_ALLOC, .obj = 0x7000, .a = 16, .c = 0xAA};
+    cs_lc_event(lc, &a3);
+    CHECK(cs_lc_report_live(lc, CS_NS_NUMPY, 0xAA) == 1, "scope leak by handler");
+    CHECK(got[ngot - 1].kind == CS_KIND_NUMPY_LEAK && got[ngot - 1].bytes == 16, "numpy-leak");
+    cs_lc_finish(lc, CS_END_EXIT);
+    CHECK(got[ngot - 1].kind == CS_KIND_NUMPY_LEAK && ngot == 3, "not reported twice: %d", ngot);
+    cs_lc_destroy(lc);
+}
+
+static void test_tombstones_are_bounded(void)
+{
+    cs_lifecycle *lc = fresh(0);
+    for (uint64_t i = 0; i < 200000; i++) {
+        uint64_t mt = 0x100000 + i * 64;
+        ev(lc, CS_EV_EXPORT, mt, CAP, 0);
+        ev(lc, CS_EV_DELETE, mt, CAP, CS_EVF_IN_DTOR);
+    }
+    CHECK(ngot == 0, "clean");
+    CHECK(cs_lc_live(lc) == 0, "nothing live");
+    /* a recent release is still remembered */
+    ev(lc, CS_EV_DELETE, 0x100000 + 199999 * 64, 0, 0);
+    CHECK(ngot == 1 && got[0].kind == CS_KIND_DLPACK_DOUBLE_DELETE, "recent double delete");
+    cs_lc_destroy(lc);
+}
+
+static void test_kind_names(void)
+{
+    for (int k = 1; k < CS_KIND_COUNT; k++)
+        CHECK(cs_kind_from_name(cs_kind_name(k)) == k, "round trip of %s", cs_kind_name(k));
+    CHECK(cs_kind_from_name("no-such-kind") == CS_KIND_NONE, "unknown name");
+}
+
+int main(void)
+{
+    test_clean_exchange();
+    test_double_delete();
+    test_not_renamed_then_destructor();
+    test_unchecked_destructor();
+    test_leaks();
+    test_null_deleter_never_leaks();
+    test_reconsume();
+    test_numpy_blocks();
+    test_tombstones_are_bounded();
+    test_kind_names();
+    printf("test_lifecycle: %d passed, %d failed\n", checks - failures, failures);
+    return failures != 0;
+}
