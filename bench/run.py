@@ -1,6 +1,15 @@
 """Overhead benchmarks: each workload runs plain and under capsan in one
 invocation, interleaved and repeated, and the ratio of medians is printed.
-Ratios, not absolute times, are the targets (see README)."""
+Ratios, not absolute times, are the targets (see README).
+
+report_throughput(): `capsan report` on a generated 10-million-event trace
+(bench/report_gen.c): events per second for text, JSON and HTML, and the peak
+RSS, which must not grow with the number of events.
+BENCH_ONLY=report runs only that; BENCH_REPORT_EVENTS sets the size.
+
+allocator_cost(): ns per np.empty(64) under numpy's default handler, a ctypes
+handler and a Python-callable one made with capsan.allocator().
+BENCH_ONLY=allocator runs only that; BENCH_ALLOCS sets the count."""
 import os
 import statistics
 import subprocess
@@ -41,16 +50,186 @@ def measure(label, argv, configs, inner=False):
     subprocess.run(["rm", "-rf", tmp])
 
 
+def run_report(capsan, fmt, trace, out):
+    """One `capsan report`: (wall seconds, CPU seconds, peak RSS in KiB)."""
+    t0 = time.perf_counter()
+    p = subprocess.Popen([capsan, "report", "--format", fmt, "-o", out, trace],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, ru = os.wait4(p.pid, 0)
+    wall = time.perf_counter() - t0
+    err = p.stderr.read().decode(errors="replace")
+    p.stderr.close()
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise SystemExit(f"capsan report --format {fmt} {trace} failed: {err}")
+    return wall, ru.ru_utime + ru.ru_stime, ru.ru_maxrss
+
+
+def report_throughput():
+    """capsan report on a synthetic record_all-style trace: export / consume /
+    delete / destroy and NumPy alloc / free cycles, a few findings."""
+    n = int(os.environ.get("BENCH_REPORT_EVENTS", "10000000"))
+    capsan = os.path.join(ROOT, "build", "bin", "capsan")
+    gen = os.path.join(ROOT, "build", "bench", "report_gen")
+    os.makedirs(os.path.dirname(gen), exist_ok=True)
+    subprocess.run(["cc", "-O2", "-std=c11", "-Wall", "-Wextra", "-Werror", "-o", gen,
+                    os.path.join(ROOT, "bench", "report_gen.c")], check=True)
+    tmp = tempfile.mkdtemp(prefix="capsan-bench-report-")
+    try:
+        trace = os.path.join(tmp, "capsan.trace.31337")
+        t0 = time.perf_counter()
+        info = subprocess.run([gen, trace, str(n)], check=True, stdout=subprocess.PIPE,
+                              text=True).stdout.strip()
+        size = os.path.getsize(trace)
+        print(f"capsan report on a generated trace: {info}, {size / 2**20:.0f} MiB "
+              f"(written in {time.perf_counter() - t0:.1f}s)")
+        reps = max(1, min(REPEAT, 3))
+        for fmt in ("text", "json", "html"):
+            out = os.path.join(tmp, "out." + fmt)
+            runs = [run_report(capsan, fmt, trace, out) for _ in range(reps)]
+            wall = statistics.median(r[0] for r in runs)
+            cpu = statistics.median(r[1] for r in runs)
+            rss = max(r[2] for r in runs)
+            print(f"  {fmt:5s} {wall:6.2f}s wall  {n / wall / 1e6:5.1f}M events/s  "
+                  f"({n / cpu / 1e6:5.1f}M events per CPU-second)  peak RSS {rss / 1024:6.1f} MiB")
+        os.unlink(trace)
+        # memory must not grow with the number of events that were freed:
+        # every object at a fresh address is the worst case for the tables
+        small, big = max(n // 10, 1000), n
+        rss = {}
+        for k in (small, big):
+            u = os.path.join(tmp, f"unique.{k}")
+            subprocess.run([gen, u, str(k), "--unique"], check=True, stdout=subprocess.DEVNULL)
+            rss[k] = run_report(capsan, "json", u, os.path.join(tmp, "u.json"))[2]
+            os.unlink(u)
+        print(f"  fresh addresses: peak RSS {rss[small] / 1024:.1f} MiB at {small} events, "
+              f"{rss[big] / 1024:.1f} MiB at {big} events (ratio {rss[big] / rss[small]:.2f}x "
+              f"for {big // small}x the events)")
+    finally:
+        subprocess.run(["rm", "-rf", tmp])
+
+
+ALLOC_WORKLOAD = r"""
+import ctypes, sys, time
+from ctypes import c_size_t, c_void_p
+import numpy as np
+import capsan
+capsan.stop()  # the handler's own cost, not capsan's tracing
+import importlib
+A = importlib.import_module("capsan.allocator")
+n, rounds = int(sys.argv[1]), int(sys.argv[2])
+libc = ctypes.CDLL(None)
+for f, r, a in (("malloc", c_void_p, [c_size_t]), ("calloc", c_void_p, [c_size_t, c_size_t]),
+                ("realloc", c_void_p, [c_void_p, c_size_t]), ("free", None, [c_void_p])):
+    getattr(libc, f).restype, getattr(libc, f).argtypes = r, a
+m, c, r, f = libc.malloc, libc.calloc, libc.realloc, libc.free
+handlers = {
+    "default (numpy)": None,
+    "ctypes (libc, C speed)": A.allocator("c", malloc=m, calloc=c, realloc=r, free=f),
+    "Python callables": A.allocator("py", malloc=lambda k: m(k), calloc=lambda a, b: c(a, b),
+                                    realloc=lambda p, k: r(p, k), free=lambda p, k: f(p)),
+}
+times = {k: [] for k in handlers}
+empty = np.empty
+for _ in range(rounds):
+    for name, h in handlers.items():
+        with A.using(h):
+            t0 = time.perf_counter_ns()
+            for _ in range(n):
+                empty(64)
+            times[name].append((time.perf_counter_ns() - t0) / n)
+for name, ts in times.items():
+    ts.sort()
+    print(name, ts[len(ts) // 2])
+"""
+
+
+def allocator_cost():
+    """Per-allocation cost of a NEP 49 handler made with capsan.allocator():
+    N x np.empty(64) (one malloc and one free each) under numpy's default
+    handler, a ctypes handler (libc's functions, called from C through the
+    drop-ctx thunk) and a Python-callable one. BENCH_ALLOCS sets N."""
+    n = os.environ.get("BENCH_ALLOCS", "200000")
+    tmp = tempfile.mkdtemp(prefix="capsan-bench-alloc-")
+    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "build", "python"))
+    env.pop("LD_PRELOAD", None)
+    try:
+        out = subprocess.run([PY, "-c", ALLOC_WORKLOAD, n, str(REPEAT)], env=env, cwd=tmp,
+                             check=True, stdout=subprocess.PIPE, text=True).stdout
+    finally:
+        subprocess.run(["rm", "-rf", tmp])
+    rows = [ln.rsplit(" ", 1) for ln in out.strip().splitlines()]
+    base = float(rows[0][1])
+    print(f"NEP 49 handler cost ({n} x np.empty(64), median of {REPEAT}):")
+    for name, ns in rows:
+        ns = float(ns)
+        extra = "" if name.startswith("default") else f"  (+{ns - base:.0f} ns per alloc+free)"
+        print(f"  {name:24s} {ns:7.0f} ns/alloc{extra}")
+
+
+def numpy_alloc():
+    """W1: bench/numpy_alloc.py (>= 1M NumPy array creations of mixed sizes,
+    with temporaries) plain, under tracemalloc (1 and 25 frames) and under
+    capsan (native + Python stacks; stacks off), interleaved and repeated in
+    one invocation; the workload's own loop time, ratios of medians."""
+    n = os.environ.get("BENCH_NUMPY_ARRAYS", "1000000")
+    script = os.path.join(ROOT, "bench", "numpy_alloc.py")
+    configs = [  # (name, interpreter options, CAPSAN_OPTIONS or None)
+        ("plain", [], None),
+        ("python3 -X tracemalloc=1", ["-X", "tracemalloc=1"], None),
+        ("python3 -X tracemalloc=25", ["-X", "tracemalloc=25"], None),
+        ("capsan, native+python stacks", [], ""),
+        ("capsan, stacks off", [], "native_depth=0:python_depth=0"),
+    ]
+    tmp = tempfile.mkdtemp(prefix="capsan-bench-np-")
+    times = {name: [] for name, _, _ in configs}
+    try:
+        for _ in range(REPEAT):
+            for name, xopts, opts in configs:
+                env = dict(os.environ)
+                env.pop("PYTHONTRACEMALLOC", None)
+                if opts is not None:
+                    env["LD_PRELOAD"] = LIB
+                    env["CAPSAN_OPTIONS"] = f"log_path={tmp}/t:" + opts
+                times[name].append(timed([PY, *xopts, script, n], env, True))
+    finally:
+        subprocess.run(["rm", "-rf", tmp])
+    base = statistics.median(times["plain"])
+    print(f"W1 NumPy array creations ({n}, mixed sizes, temporaries): plain {base:.3f}s "
+          f"loop time (median of {REPEAT})")
+    ratio = {}
+    for name, _, _ in configs[1:]:
+        m = statistics.median(times[name])
+        ratio[name] = m / base
+        print(f"  {name:32s} {m:.3f}s  ratio {m / base:.2f}x")
+    tm1 = ratio["python3 -X tracemalloc=1"]
+    cs = ratio["capsan, native+python stacks"]
+    verdict = "met" if cs <= tm1 / 2 else "NOT met"
+    print(f"  target (issue 3): capsan with stacks <= half of tracemalloc=1's ratio = "
+          f"{tm1 / 2:.2f}x, aiming at 1.50x: {cs:.2f}x, {verdict}")
+
+
 def main():
+    if os.environ.get("BENCH_ONLY") == "report":
+        report_throughput()
+        return
+    if os.environ.get("BENCH_ONLY") == "numpy":
+        numpy_alloc()
+        return
+    if os.environ.get("BENCH_ONLY") == "allocator":
+        allocator_cost()
+        return
     n = os.environ.get("BENCH_EXCHANGES", "200000")
     measure(f"W2 numpy<->torch DLPack round trips ({n} exchanges)",
             [PY, os.path.join(ROOT, "bench", "roundtrip.py"), n],
             [("plain", None),
              ("capsan, native+python stacks", ""),
              ("capsan, stacks off", "native_depth=0:python_depth=0")], inner=True)
+    numpy_alloc()
     measure("start-up: import numpy, torch",
             [PY, "-c", "import numpy, torch"],
             [("plain", None), ("capsan", "")])
+    allocator_cost()
+    report_throughput()
 
 
 if __name__ == "__main__":

@@ -60,6 +60,15 @@ CAPSAN_API int capsan_handler_leaks(struct _object *handler);
  * or "pinned" are taken as kDLCUDAHost without this call. 0 or -1. */
 CAPSAN_API int capsan_handler_set_device(struct _object *handler, int device_type);
 
+/* What capsan's wrappers stand for: a capsule's own destructor, and a
+ * DLManagedTensor's own deleter (NULL when unknown). For inspection. */
+CAPSAN_API void *capsan_original_destructor(struct _object *capsule);
+CAPSAN_API void *capsan_original_deleter(void *managed_tensor);
+/* A capsule's pointer, read with its current name, without recording an
+ * event (inspection is not consumption). GIL held; NULL with an exception
+ * set when it is not a valid capsule. */
+CAPSAN_API void *capsan_capsule_peek(struct _object *capsule);
+
 #ifdef __cplusplus
 }
 #endif

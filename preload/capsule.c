@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "capsan.h"
 #include "dltensor.h"
 #include "numpy.h"
 #include "spin.h"
@@ -424,3 +425,33 @@ const cs_hook cs_capsule_hooks[] = {
     {"PyCapsule_SetPointer", (void *)hook_SetPointer, NULL},
 };
 const int cs_capsule_nhooks = sizeof cs_capsule_hooks / sizeof cs_capsule_hooks[0];
+
+/* ---- for capsan.describe(): what capsan's wrappers stand in for ---- */
+
+void *capsan_original_destructor(PyObject_ *cap)
+{
+    capent e;
+    if (cap && cget(cap, &e, 0))
+        return (void *)(uintptr_t)e.orig;
+    return cap ? (void *)(uintptr_t)cs_py.Capsule_GetDestructor(cap) : NULL;
+}
+
+void *capsan_original_deleter(void *mt)
+{
+    cs_event origin;
+    int found;
+    if (!mt || !cs_lc)
+        return NULL;
+    cs_lc_lock(cs_lc, (uint64_t)(uintptr_t)mt);
+    found = cs_lc_origin(cs_lc, CS_NS_DLPACK, (uint64_t)(uintptr_t)mt, &origin);
+    cs_lc_unlock(cs_lc, (uint64_t)(uintptr_t)mt);
+    return found && origin.kind == CS_EV_EXPORT ? (void *)(uintptr_t)origin.b : NULL;
+}
+
+/* Read a capsule's pointer with its current name and record nothing: an
+ * inspection (capsan.describe) is not a consumer. */
+void *capsan_capsule_peek(PyObject_ *cap)
+{
+    const char *name = cap ? cs_py.Capsule_GetName(cap) : NULL;
+    return cap ? cs_py.Capsule_GetPointer(cap, name) : NULL;
+}

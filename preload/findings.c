@@ -135,7 +135,8 @@ void cs_findings_flush(void)
         }
         if (nlog < caplog)
             logbuf[nlog++] = pending[i];
-        if (text && printed < (unsigned)cs_opt.max_findings) {
+        /* max_findings=0 shows them all, as LeakSanitizer's max_leaks */
+        if (text && (cs_opt.max_findings <= 0 || printed < (unsigned)cs_opt.max_findings)) {
             cs_render_text_finding(&o, &p, &pending[i], &live_src);
             printed++;
         }
@@ -151,7 +152,7 @@ void cs_findings_summary(void)
     cs_out o = {out_fd, NULL, isatty(2)};
     cs_proc_info p = proc_info();
     pthread_mutex_lock(&print_mu);
-    if (printed < summary.errors + summary.warnings)
+    if (cs_opt.max_findings > 0 && printed < summary.errors + summary.warnings)
         cs_outf(&o, "==%d==capsan: %u more finding(s) not shown (max_findings=%ld)\n",
                 (int)p.pid, summary.errors + summary.warnings - printed, cs_opt.max_findings);
     const char *tp = cs_trace_path();
@@ -161,16 +162,6 @@ void cs_findings_summary(void)
         cs_supp_render_used(supp, &o);
     cs_render_text_summary(&o, &p, &summary);
     pthread_mutex_unlock(&print_mu);
-}
-
-void cs_findings_mark_skipped(const cs_event *ev)
-{
-    for (unsigned i = 0; i < npending; i++)
-        for (unsigned j = 0; j < pending[i].nevents; j++) {
-            cs_event *e = &pending[i].events[j];
-            if (e->kind == ev->kind && e->time_ns == ev->time_ns && e->thread == ev->thread)
-                e->flags |= CS_EVF_SKIPPED;
-        }
 }
 
 void cs_findings_reset_child(void)

@@ -636,9 +636,26 @@ static unsigned numpy_event(cs_lifecycle *lc, stripe *st, const cs_event *ev, ju
     return 0;
 }
 
+/* With protect=1, a delete that will be judged skippable is not run: the
+ * copy that reaches the trace says so (the runtime marks its own copy). */
+static int delete_will_skip(stripe *st, const cs_event *ev)
+{
+    const obj *o = find(st, ev->obj, CS_NS_DLPACK);
+    if (!o)
+        return 0;
+    int in_own_dtor = (ev->flags & CS_EVF_IN_DTOR) && ev->a == o->capsule;
+    return o->state == CS_ST_RELEASED || (o->state == CS_ST_CONSUMED && in_own_dtor);
+}
+
 unsigned cs_lc_event(cs_lifecycle *lc, const cs_event *ev)
 {
     stripe *st = stripe_of(lc, ev->obj);
+    cs_event marked;
+    if (lc->protect && lc->sink && ev->kind == CS_EV_DELETE && delete_will_skip(st, ev)) {
+        marked = *ev;
+        marked.flags |= CS_EVF_SKIPPED;
+        ev = &marked;
+    }
     judge j = {ev, 0, 0};
     int ns = ev->kind >= CS_EV_NP_ALLOC ? CS_NS_NUMPY : CS_NS_DLPACK;
     unsigned v = ns == CS_NS_NUMPY ? numpy_event(lc, st, ev, &j) : dlpack_event(lc, st, ev, &j);

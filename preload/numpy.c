@@ -92,11 +92,16 @@ static uint32_t validate(const char *capname, const np_handler *h)
     return 0;
 }
 
-/* First sight of a handler: remember it as it is now. */
-static void remember(const np_handler *h)
+/* First sight of a handler: remember it as it is now. `refresh`: it is
+ * being installed, so what is there now is the handler (an address may
+ * be reused by a new handler after the old one was freed). */
+static void remember_as(const np_handler *h, int refresh)
 {
     cs_spin_lock(&hmu);
-    if (!known_of(h) && nhandlers < MAX_HANDLERS) {
+    known *k = known_of(h);
+    if (k && refresh && !k->gone) {
+        memcpy(&k->snap, h, sizeof *h);
+    } else if (!k && nhandlers < MAX_HANDLERS) {
         handlers[nhandlers].h = h;
         memcpy(&handlers[nhandlers].snap, h, sizeof *h);
         handlers[nhandlers].gone = 0;
@@ -108,6 +113,17 @@ static void remember(const np_handler *h)
             any_device = 1;
         nhandlers++;
     }
+    cs_spin_unlock(&hmu);
+}
+
+static void remember(const np_handler *h) { remember_as(h, 0); }
+
+static void forget(const np_handler *h)
+{
+    cs_spin_lock(&hmu);
+    known *k = known_of(h);
+    if (k)
+        *k = handlers[--nhandlers];
     cs_spin_unlock(&hmu);
 }
 
@@ -246,8 +262,8 @@ static int hook_cv_set(PyObject_ *var, PyObject_ *value)
             cs_py.Err_Restore(t, v, tb);
         }
         uint32_t bad = validate(name, h);
-        if (h && plausible(h))
-            remember(h);
+        if (h && plausible(h) && !bad)
+            remember_as(h, 1);
         if (bad) {
             cs_event ev = {.kind = CS_EV_NP_HANDLER, .obj = (uint64_t)(uintptr_t)h,
                            .a = (uint64_t)(uintptr_t)value, .extra = bad,
@@ -338,20 +354,35 @@ static void tracing_dtor(PyObject_ *cap)
     tracing *t = cs_py.Capsule_GetPointer(cap, "mem_handler");
     if (!t)
         return;
+    forget(&t->h);
     cs_py.DecRef(t->inner_cap);
     free(t);
 }
 
+/* numpy 1.x's _ARRAY_API capsule has no name, so PyCapsule_Import refuses
+ * it: read the attribute and the pointer as numpy's own import_array does. */
 static void **numpy_api(void)
 {
     static void **api;
     if (api)
         return api;
-    void *(*import)(const char *, int) = (void *(*)(const char *, int))dlsym(
-        RTLD_DEFAULT, "PyCapsule_Import");
-    void **a = import ? import("numpy.core._multiarray_umath._ARRAY_API", 0) : NULL;
+    PyObject_ *(*import)(const char *) =
+        (PyObject_ * (*)(const char *)) dlsym(RTLD_DEFAULT, "PyImport_ImportModule");
+    PyObject_ *(*getattr)(PyObject_ *, const char *) =
+        (PyObject_ * (*)(PyObject_ *, const char *)) dlsym(RTLD_DEFAULT, "PyObject_GetAttrString");
+    if (!import || !getattr)
+        return NULL;
+    PyObject_ *mod = import("numpy.core._multiarray_umath");
+    if (!mod)
+        return NULL; /* the ImportError stays set */
+    PyObject_ *cap = getattr(mod, "_ARRAY_API");
+    cs_py.DecRef(mod);
+    if (!cap)
+        return NULL;
+    void **a = cs_py.Capsule_GetPointer(cap, NULL);
+    cs_py.DecRef(cap); /* the table is static in numpy's module */
     if (!a)
-        return NULL; /* the exception from the import stays set */
+        return NULL;
     unsigned (*feature)(void) = (unsigned (*)(void))a[API_FEATURE_VERSION];
     if (feature() < NPY_1_22_API_VERSION)
         return NULL;

@@ -65,7 +65,6 @@ static int ns_of(const cs_event *ev)
     return ev->kind >= CS_EV_NP_ALLOC ? CS_NS_NUMPY : CS_NS_DLPACK;
 }
 
-void cs_findings_mark_skipped(const cs_event *ev);
 static void halt(void);
 
 unsigned cs_emit(cs_event *ev, int want_stack, cs_event *origin, int *found)
@@ -104,8 +103,7 @@ unsigned cs_emit(cs_event *ev, int want_stack, cs_event *origin, int *found)
     ev->time_ns = cs_now_ns();
     unsigned v = cs_lc_event(cs_lc, ev);
     if ((v & CS_VERDICT_SKIP) && cs_opt.protect) {
-        ev->flags |= CS_EVF_SKIPPED;
-        cs_findings_mark_skipped(ev);
+        ev->flags |= CS_EVF_SKIPPED; /* the lifecycle marked its own copies */
     } else {
         v &= ~CS_VERDICT_SKIP;
     }
@@ -342,6 +340,23 @@ static int hook_dlclose(void *h)
     return rc;
 }
 
+/* ctypes (ctypes.pythonapi) finds C functions with dlsym, which no slot
+ * patch reaches: hand it capsan's hooks for the names capsan hooks. Only
+ * in _ctypes, which never passes RTLD_NEXT (that would need the caller). */
+static const cs_hook *all_hooks_p;
+static int all_hooks_n;
+
+static void *hook_dlsym(void *handle, const char *name)
+{
+    void *p = dlsym(handle, name);
+    if (p && name && handle != RTLD_NEXT)
+        for (int i = 0; i < all_hooks_n; i++)
+            if (!all_hooks_p[i].only_in && !strcmp(all_hooks_p[i].name, name) &&
+                strncmp(name, "PyCapsule_", 10) == 0)
+                return all_hooks_p[i].replacement;
+    return p;
+}
+
 static void hook_exit(int status)
 {
     exit(cs_runtime_finish(CS_END_EXIT, status));
@@ -390,6 +405,7 @@ static const cs_hook process_hooks[] = {
     {"exit", (void *)hook_exit, NULL},
     {"_exit", (void *)hook__exit, NULL},
     {"__libc_start_main", (void *)hook_libc_start_main, NULL},
+    {"dlsym", (void *)hook_dlsym, "_ctypes"},
 };
 
 static cs_hook all_hooks[32];
@@ -523,6 +539,8 @@ static int start(int preload)
     for (size_t i = 0; i < sizeof process_hooks / sizeof process_hooks[0]; i++)
         if (!api_mode || strcmp(process_hooks[i].name, "__libc_start_main") != 0)
             all_hooks[n++] = process_hooks[i];
+    all_hooks_p = all_hooks;
+    all_hooks_n = n;
     cs_got_init(all_hooks, n, (void *)self_marker);
     pthread_atfork(fork_prepare, fork_parent, fork_child);
     install_crash_handlers();

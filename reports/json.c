@@ -156,6 +156,27 @@ void cs_json_process_begin(cs_json *j, const cs_json_proc *p)
     if (p->end_time_ns && p->end_time_ns >= pi->start_mono_ns)
         cs_outf(o, ", \"duration_ns\": %llu",
                 (unsigned long long)(p->end_time_ns - pi->start_mono_ns));
+    if (p->parent_pid)
+        cs_outf(o, ", \"parent\": %llu", (unsigned long long)p->parent_pid);
+    if (p->counts_records) {
+        /* the live-object series behind the HTML plot: times relative to
+         * the process start, like event times */
+        cs_outf(o, ",\n  \"counts\": {\"records\": %llu, \"stride\": %llu, \"fields\": "
+                "[\"time_ns\", \"events\", \"live_dlpack\", \"live_dlpack_bytes\", \"live_numpy\", "
+                "\"live_numpy_bytes\"], \"points\": [",
+                (unsigned long long)p->counts_records, (unsigned long long)p->counts_stride);
+        for (size_t i = 0; i < p->ncounts; i++) {
+            const cs_rec_counts *c = &p->counts[i];
+            uint64_t t = c->time_ns;
+            if (pi->start_mono_ns && t >= pi->start_mono_ns)
+                t -= pi->start_mono_ns;
+            cs_outf(o, "%s[%llu, %llu, %llu, %llu, %llu, %llu]", i ? ", " : "",
+                    (unsigned long long)t, (unsigned long long)c->events,
+                    (unsigned long long)c->live_dlpack, (unsigned long long)c->live_dlpack_bytes,
+                    (unsigned long long)c->live_numpy, (unsigned long long)c->live_numpy_bytes);
+        }
+        cs_outf(o, "]}");
+    }
     cs_outf(o, ", \"trace\": ");
     cs_json_string(o, p->trace);
     cs_outf(o, ", \"error\": ");

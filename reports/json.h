@@ -25,6 +25,11 @@ typedef struct cs_json_proc {
     const char *trace;        /* trace file, or NULL */
     const char *error;        /* a read error, or NULL */
     uint64_t end_time_ns;     /* END record's time, 0 if unknown */
+    /* the report tool only (zero elsewhere): */
+    uint64_t parent_pid;      /* the parent's pid when its trace is in the report */
+    const cs_rec_counts *counts; /* COUNTS series, time-sorted, maybe downsampled */
+    size_t ncounts;
+    uint64_t counts_records, counts_stride;
 } cs_json_proc;
 
 void cs_json_begin(cs_json *j, cs_out *o);

@@ -1,4 +1,4 @@
-/* Trace file reader: see reader.h for the two-pass design and
+/* Trace file reader: see reader.h for the one-pass design and
  * reports/FORMAT.md for the format. Every length and offset read from the
  * file is checked before use; the first record that does not fit stops the
  * scan with a message naming its offset, and everything before it stays
@@ -39,7 +39,25 @@ struct cs_trace_priv {
     code_slot *code_index;
     size_t code_index_cap;
     size_t modules_cap, threads_cap;
+
+    /* the replay */
+    cs_lifecycle *lc;
+    int protect;              /* what the lifecycle judges with */
+    int rereplay;             /* OPTIONS changed protect after events were judged */
+    uint64_t judged;          /* events given to lc */
+    /* findings: the first FMEM_MAX in memory, the rest in an unlinked file */
+    cs_finding *fmem;
+    size_t fmem_n, fmem_cap;
+    FILE *spill;
+    uint64_t spill_n;
+    int spill_failed;
+    /* COUNTS: the bucket being filled while downsampling */
+    cs_rec_counts bucket;
+    uint64_t bucket_n;
+    size_t counts_cap;
 };
+
+#define FMEM_MAX 4096
 
 /* ---- small helpers --------------------------------------------------- */
 
@@ -91,6 +109,7 @@ static const char *rec_type_name(unsigned type)
     case CS_REC_THREAD: return "THREAD";
     case CS_REC_END: return "END";
     case CS_REC_OPTIONS: return "OPTIONS";
+    case CS_REC_COUNTS: return "COUNTS";
     default: return "unknown";
     }
 }
@@ -237,6 +256,200 @@ void cs_trace_proc_info(const cs_trace *t, cs_proc_info *out)
     out->ended = t->has_end ? (int)t->end.how : CS_END_UNKNOWN;
     out->status = t->has_end ? t->end.status : 0;
     out->start_mono_ns = t->hdr.start_mono_ns;
+}
+
+/* ---- findings of the replay ------------------------------------------ */
+
+static void store_finding(void *ud, const cs_finding *f)
+{
+    cs_trace *t = ud;
+    struct cs_trace_priv *p = t->priv;
+    t->nfindings++;
+    if (p->fmem_n < FMEM_MAX) {
+        if (p->fmem_n == p->fmem_cap) {
+            p->fmem_cap = p->fmem_cap ? p->fmem_cap * 2 : 16;
+            p->fmem = xrealloc(p->fmem, p->fmem_cap * sizeof *p->fmem);
+        }
+        p->fmem[p->fmem_n++] = *f;
+        return;
+    }
+    /* a pathological trace (every event a finding): keep memory flat */
+    if (!p->spill && !p->spill_failed && !(p->spill = tmpfile()))
+        p->spill_failed = 1;
+    if (p->spill && fwrite(f, sizeof *f, 1, p->spill) == 1) {
+        p->spill_n++;
+    } else if (!p->spill_failed) {
+        p->spill_failed = 1;
+        fprintf(stderr, "capsan: %s: cannot keep more than %d findings (temporary file: %s); "
+                "the rest are counted, not shown\n", t->path, FMEM_MAX, strerror(errno));
+    }
+}
+
+static void findings_clear(cs_trace *t)
+{
+    struct cs_trace_priv *p = t->priv;
+    p->fmem_n = 0;
+    if (p->spill)
+        fclose(p->spill);
+    p->spill = NULL;
+    p->spill_n = 0;
+    t->nfindings = 0;
+}
+
+/* Judge one event. A call that protect=1 skipped is marked so in the
+ * findings it just made, as the runtime marks its live report: the trace
+ * holds the event as it was before the verdict. */
+static void judge(cs_trace *t, const cs_event *ev)
+{
+    struct cs_trace_priv *p = t->priv;
+    size_t before = p->fmem_n;
+    unsigned v = cs_lc_event(p->lc, ev);
+    p->judged++;
+    if (!(v & CS_VERDICT_SKIP) || !p->protect || p->fmem_n == before)
+        return;
+    for (size_t i = before; i < p->fmem_n; i++)
+        for (unsigned j = 0; j < p->fmem[i].nevents && j < CS_FINDING_MAX_EVENTS; j++) {
+            cs_event *e = &p->fmem[i].events[j];
+            if (e->kind == ev->kind && e->time_ns == ev->time_ns && e->thread == ev->thread &&
+                e->obj == ev->obj)
+                e->flags |= CS_EVF_SKIPPED;
+        }
+}
+
+/* ---- COUNTS ------------------------------------------------------------ */
+
+static void counts_merge(cs_rec_counts *into, const cs_rec_counts *c)
+{
+    /* the later time, the peak of each series: a plot must not hide a peak */
+#define MAXF(f) if (c->f > into->f) into->f = c->f
+    MAXF(time_ns);
+    MAXF(events);
+    MAXF(live_dlpack);
+    MAXF(live_dlpack_bytes);
+    MAXF(live_numpy);
+    MAXF(live_numpy_bytes);
+#undef MAXF
+}
+
+static void counts_push(cs_trace *t, const cs_rec_counts *c)
+{
+    struct cs_trace_priv *p = t->priv;
+    if (t->ncounts == CS_COUNTS_MAX) {
+        /* halve: merge neighbours, double the records per point */
+        size_t k = 0;
+        for (size_t i = 0; i + 1 < t->ncounts; i += 2) {
+            cs_rec_counts m = t->counts[i];
+            counts_merge(&m, &t->counts[i + 1]);
+            t->counts[k++] = m;
+        }
+        t->ncounts = k;
+        t->counts_stride *= 2;
+    }
+    if (t->ncounts == p->counts_cap) {
+        p->counts_cap = p->counts_cap ? p->counts_cap * 2 : 64;
+        if (p->counts_cap > CS_COUNTS_MAX)
+            p->counts_cap = CS_COUNTS_MAX;
+        t->counts = xrealloc(t->counts, p->counts_cap * sizeof *t->counts);
+    }
+    t->counts[t->ncounts++] = *c;
+}
+
+static void counts_add(cs_trace *t, const cs_rec_counts *c)
+{
+    struct cs_trace_priv *p = t->priv;
+    t->counts_records++;
+    if (c->events > t->counts_events)
+        t->counts_events = c->events;
+    if (!t->counts_stride)
+        t->counts_stride = 1;
+    if (p->bucket_n == 0)
+        p->bucket = *c;
+    else
+        counts_merge(&p->bucket, c);
+    if (++p->bucket_n >= t->counts_stride) {
+        counts_push(t, &p->bucket);
+        p->bucket_n = 0;
+    }
+}
+
+static int counts_cmp(const void *a, const void *b)
+{
+    const cs_rec_counts *x = a, *y = b;
+    return x->time_ns < y->time_ns ? -1 : x->time_ns > y->time_ns;
+}
+
+static void counts_finish(cs_trace *t)
+{
+    struct cs_trace_priv *p = t->priv;
+    if (p->bucket_n) {
+        counts_push(t, &p->bucket);
+        p->bucket_n = 0;
+    }
+    /* threads commit their records independently: put them in time order */
+    if (t->ncounts > 1)
+        qsort(t->counts, t->ncounts, sizeof *t->counts, counts_cmp);
+}
+
+/* ---- OPTIONS ------------------------------------------------------------- */
+
+/* The value of key in a k=v:k=v string (the last setting wins), or NULL. */
+static const char *option_value(const char *opts, const char *key, size_t *len)
+{
+    const char *found = NULL;
+    size_t kl = strlen(key);
+    for (const char *o = opts; o && *o;) {
+        size_t n = strcspn(o, ":");
+        if (n > kl && !strncmp(o, key, kl) && o[kl] == '=') {
+            found = o + kl + 1;
+            *len = n - kl - 1;
+        }
+        o += n;
+        if (*o)
+            o++;
+    }
+    return found;
+}
+
+static void apply_options(cs_trace *t)
+{
+    struct cs_trace_priv *p = t->priv;
+    size_t n = 0;
+    const char *v = option_value(t->options, "protect", &n);
+    int protect = v && ((n == 1 && *v == '1') || (n == 4 && !strncmp(v, "true", 4)) ||
+                        (n == 3 && !strncmp(v, "yes", 3)));
+    if (protect != p->protect) {
+        /* the runtime's protect decides whether skipped calls changed
+         * state: replay must judge as the runtime did */
+        p->protect = protect;
+        if (p->lc)
+            cs_lc_set_protect(p->lc, protect);
+        if (p->judged)
+            p->rereplay = 1;
+    }
+    free(t->opt_suppressions);
+    t->opt_suppressions = NULL;
+    if ((v = option_value(t->options, "suppressions", &n)) && n)
+        t->opt_suppressions = xstrndup(v, n);
+    t->opt_max_findings = -1;
+    if ((v = option_value(t->options, "max_findings", &n)) && n && n < 20) {
+        char buf[24];
+        memcpy(buf, v, n);
+        buf[n] = 0;
+        char *end;
+        long x = strtol(buf, &end, 0);
+        if (!*end && x >= 0)
+            t->opt_max_findings = x;
+    }
+}
+
+uint64_t cs_trace_events_observed(const cs_trace *t)
+{
+    uint64_t n = t->nevents;
+    if (t->has_end && t->end.events > n)
+        n = t->end.events;
+    if (t->counts_events > n)
+        n = t->counts_events;
+    return n;
 }
 
 /* ---- record parsing (pass 1) ----------------------------------------- */
@@ -391,11 +604,16 @@ static const char *parse_record(cs_trace *t, unsigned type, const uint8_t *p,
             frames_put(t->priv, f.id, f.parent, f.value);
         return NULL;
     }
-    case CS_REC_EVENT:
+    case CS_REC_EVENT: {
         if (n < sizeof(cs_event))
             return "EVENT record too short";
+        cs_event ev;
+        memcpy(&ev, p, sizeof ev);
         t->nevents++;
+        if (t->priv->lc)
+            judge(t, &ev);
         return NULL;
+    }
     case CS_REC_THREAD:
         return parse_thread(t, p, n);
     case CS_REC_END:
@@ -412,6 +630,15 @@ static const char *parse_record(cs_trace *t, unsigned type, const uint8_t *p,
             return "OPTIONS string not terminated inside the record";
         free(t->options);
         t->options = xstrndup((const char *)p, (size_t)len);
+        apply_options(t);
+        return NULL;
+    }
+    case CS_REC_COUNTS: {
+        cs_rec_counts c;
+        if (n < sizeof c)
+            return "COUNTS record too short";
+        memcpy(&c, p, sizeof c);
+        counts_add(t, &c);
         return NULL;
     }
     default:
@@ -431,18 +658,21 @@ static void release_behind(const struct cs_trace_priv *p, uint64_t off, uint64_t
     }
 }
 
-/* Pass 1: validate the framing of every record and load the tables. */
+/* The one pass: validate the framing of every record, load the tables and
+ * judge the events. EVENT records are most of a trace and take the short
+ * way through the loop. */
 static void scan(cs_trace *t)
 {
-    const struct cs_trace_priv *p = t->priv;
+    struct cs_trace_priv *p = t->priv;
     uint64_t off = t->hdr.header_size, released = 0;
+    const uint64_t size = p->size;
     char why[160];
 
     t->data_end = off;
-    while (off < p->size) {
-        if (p->size - off < sizeof(cs_rec)) {
+    while (off < size) {
+        if (size - off < sizeof(cs_rec)) {
             /* a partial header at the very end: zeros are a clean end */
-            for (uint64_t i = off; i < p->size; i++)
+            for (uint64_t i = off; i < size; i++)
                 if (p->map[i]) {
                     corrupt(t, off, "partial record header at end of file");
                     return;
@@ -451,11 +681,25 @@ static void scan(cs_trace *t)
         }
         cs_rec r;
         memcpy(&r, p->map + off, sizeof r);
+        if (r.type == CS_REC_EVENT && r.size == sizeof r + sizeof(cs_event) &&
+            r.size <= size - off) {
+            cs_event ev;
+            memcpy(&ev, p->map + off + sizeof r, sizeof ev);
+            t->nevents++;
+            if (p->lc)
+                judge(t, &ev);
+            t->nrecords++;
+            off += r.size;
+            t->data_end = off;
+            if ((off & (CS_RELEASE_CHUNK - 1)) < r.size)
+                release_behind(p, off, &released);
+            continue;
+        }
         if (r.type == CS_REC_END_OF_DATA && r.size == 0 && r.flags == 0) {
             /* the end of what was written; note data beyond it, which
              * only a writer killed between reserving and finishing a
              * record leaves behind */
-            for (uint64_t i = off; i < p->size; i++)
+            for (uint64_t i = off; i < size; i++)
                 if (p->map[i]) {
                     t->trailing_offset = i & ~(uint64_t)7;
                     break;
@@ -474,9 +718,9 @@ static void scan(cs_trace *t)
             corrupt(t, off, why);
             return;
         }
-        if (r.size > p->size - off) {
+        if (r.size > size - off) {
             snprintf(why, sizeof why, "type %u (%s), size %u runs past the end of the file at 0x%llx",
-                     r.type, rec_type_name(r.type), r.size, (unsigned long long)p->size);
+                     r.type, rec_type_name(r.type), r.size, (unsigned long long)size);
             corrupt(t, off, why);
             return;
         }
@@ -498,6 +742,27 @@ static void scan(cs_trace *t)
         t->nrecords++;
         off += r.size;
         t->data_end = off;
+        release_behind(p, off, &released);
+    }
+}
+
+/* Judge the events again with the final protect setting: only needed when
+ * an OPTIONS record came after events (the writer puts it first). */
+static void rejudge(cs_trace *t)
+{
+    struct cs_trace_priv *p = t->priv;
+    uint64_t off = t->hdr.header_size, released = 0;
+    while (off + sizeof(cs_rec) <= t->data_end) {
+        cs_rec r;
+        memcpy(&r, p->map + off, sizeof r);
+        if (r.size < sizeof r || r.size > t->data_end - off)
+            break;                  /* cannot happen after scan(); be safe */
+        if (r.type == CS_REC_EVENT && r.size >= sizeof r + sizeof(cs_event)) {
+            cs_event ev;
+            memcpy(&ev, p->map + off + sizeof r, sizeof ev);
+            judge(t, &ev);
+        }
+        off += r.size;
         release_behind(p, off, &released);
     }
 }
@@ -558,52 +823,49 @@ cs_trace *cs_trace_open(const char *path, char *err, size_t errlen)
     memset(t, 0, sizeof *t);
     t->priv = xrealloc(NULL, sizeof *t->priv);
     memset(t->priv, 0, sizeof *t->priv);
-    t->priv->map = map;
-    t->priv->size = size;
+    struct cs_trace_priv *p = t->priv;
+    p->map = map;
+    p->size = size;
     t->path = xstrndup(path, strlen(path));
     t->hdr = h;
+    t->opt_max_findings = -1;
+    t->counts_stride = 1;
+    p->lc = cs_lc_create(store_finding, t, 0);
     scan(t);
+    if (p->lc && p->rereplay) {
+        cs_lc_destroy(p->lc);
+        findings_clear(t);
+        if ((p->lc = cs_lc_create(store_finding, t, 0))) {
+            cs_lc_set_protect(p->lc, p->protect);
+            rejudge(t);
+        }
+    }
+    if (p->lc) {
+        cs_lc_finish(p->lc, t->has_end ? (int)t->end.how : CS_END_UNKNOWN);
+        cs_lc_destroy(p->lc);
+        p->lc = NULL;
+    }
+    counts_finish(t);
+    /* the tables hold what the report needs: let the file go */
+    munmap((void *)p->map, p->size);
+    p->map = NULL;
     return t;
 }
 
-/* Pass 2: only the events, up to where pass 1 stopped. */
 uint64_t cs_trace_replay(cs_trace *t, cs_finding_cb cb, void *ud)
 {
-    const struct cs_trace_priv *p = t->priv;
-    cs_lifecycle *lc = cs_lc_create(cb, ud, 0);
-    uint64_t off = t->hdr.header_size, released = 0, n = 0;
-
-    /* the runtime's protect setting decides whether skipped calls changed
-     * state: replay must judge as the runtime did */
-    for (const char *o = t->options; lc && o && *o;) {
-        size_t len = strcspn(o, ":");
-        if (len == 9 && !strncmp(o, "protect=1", 9))
-            cs_lc_set_protect(lc, 1);
-        o += len;
-        if (*o)
-            o++;
+    struct cs_trace_priv *p = t->priv;
+    for (size_t i = 0; i < p->fmem_n; i++)
+        cb(ud, &p->fmem[i]);
+    if (p->spill && p->spill_n) {
+        cs_finding f;
+        fflush(p->spill);
+        rewind(p->spill);
+        for (uint64_t i = 0; i < p->spill_n && fread(&f, sizeof f, 1, p->spill) == 1; i++)
+            cb(ud, &f);
+        fseek(p->spill, 0, SEEK_END);
     }
-
-    madvise((void *)p->map, p->size, MADV_SEQUENTIAL);
-    while (lc && off + sizeof(cs_rec) <= t->data_end) {
-        cs_rec r;
-        memcpy(&r, p->map + off, sizeof r);
-        if (r.size < sizeof r || r.size > t->data_end - off)
-            break;                  /* cannot happen after scan(); be safe */
-        if (r.type == CS_REC_EVENT && r.size >= sizeof r + sizeof(cs_event)) {
-            cs_event ev;
-            memcpy(&ev, p->map + off + sizeof r, sizeof ev);
-            cs_lc_event(lc, &ev);
-            n++;
-        }
-        off += r.size;
-        release_behind(p, off, &released);
-    }
-    if (lc) {
-        cs_lc_finish(lc, t->has_end ? (int)t->end.how : CS_END_UNKNOWN);
-        cs_lc_destroy(lc);
-    }
-    return n;
+    return t->nevents;
 }
 
 void cs_trace_close(cs_trace *t)
@@ -611,7 +873,8 @@ void cs_trace_close(cs_trace *t)
     if (!t)
         return;
     struct cs_trace_priv *p = t->priv;
-    munmap((void *)p->map, p->size);
+    if (p->map)
+        munmap((void *)p->map, p->size);
     free(p->frames);
     for (size_t i = 0; i < p->ncodes; i++) {
         free(p->codes[i].file);
@@ -619,13 +882,20 @@ void cs_trace_close(cs_trace *t)
     }
     free(p->codes);
     free(p->code_index);
+    free(p->fmem);
+    if (p->spill)
+        fclose(p->spill);
+    if (p->lc)
+        cs_lc_destroy(p->lc);
     free(p);
+    free(t->counts);
     if (t->argv)
         for (unsigned i = 0; i < t->argc; i++)
             free(t->argv[i]);
     free(t->argv);
     free(t->exe);
     free(t->options);
+    free(t->opt_suppressions);
     for (size_t i = 0; i < t->nmodules; i++) {
         free(t->modules[i].build_id);
         free(t->modules[i].path);

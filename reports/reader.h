@@ -1,11 +1,14 @@
 /* Trace file reader for `capsan report` (format: reports/FORMAT.md).
  *
- * Two passes over a read-only mapping so that memory never grows with the
- * number of events: cs_trace_open() walks every record once, validating it
- * and loading the small tables (process, modules, code objects, stack tree,
- * threads, END); cs_trace_replay() walks the events again and feeds them
- * to a lifecycle, which owns all per-object state. Findings therefore
- * arrive with every table they may refer to already complete. */
+ * One pass over a read-only mapping, so that memory never grows with the
+ * number of events: cs_trace_open() walks every record once, validating
+ * it, loading the small tables (process, modules, code objects, stack
+ * tree, threads, END), downsampling the COUNTS series, and feeding each
+ * event to a lifecycle, which owns all per-object state. Events are never
+ * kept; the findings the lifecycle reports are (in memory, spilled to an
+ * unlinked temporary file past a few thousand), and cs_trace_replay()
+ * hands them out afterwards, when every table they may refer to is
+ * complete: a FRAME or CODE record may follow the event that uses it. */
 #ifndef CAPSAN_READER_H
 #define CAPSAN_READER_H
 
@@ -44,6 +47,8 @@ typedef struct cs_trace {
     char **argv;
     char *exe;
     char *options;            /* CS_REC_OPTIONS, or NULL */
+    long opt_max_findings;    /* max_findings in OPTIONS, -1 if absent */
+    char *opt_suppressions;   /* suppressions in OPTIONS, NULL if absent or empty */
 
     cs_module_rec *modules;   /* in file order */
     size_t nmodules;
@@ -52,6 +57,16 @@ typedef struct cs_trace {
 
     int has_end;
     cs_rec_end end;           /* zeroed (CS_END_UNKNOWN) without an END record */
+
+    /* CS_REC_COUNTS, time-sorted, at most CS_COUNTS_MAX points: past that
+     * runs of counts_stride records are merged into one point that keeps
+     * the time of its last record and the maximum of every series */
+    cs_rec_counts *counts;
+    size_t ncounts;
+    uint64_t counts_records;  /* COUNTS records read */
+    uint64_t counts_stride;   /* records per point: 1 unless downsampled */
+    uint64_t counts_events;   /* the largest `events` of any COUNTS record */
+    uint64_t nfindings;       /* findings the replay reported */
 
     uint64_t nevents;         /* EVENT records */
     uint64_t nrecords;        /* all records before the end of data */
@@ -66,16 +81,20 @@ typedef struct cs_trace {
     struct cs_trace_priv *priv;
 } cs_trace;
 
-/* Opens and scans a trace. Returns NULL (and a message in err) when the
- * file cannot be read or is not a capsan trace of a version this reader
- * understands. A corrupt record later in the file is not fatal: the trace
- * is returned with error set, holding everything before it. */
+#define CS_COUNTS_MAX 2000
+
+/* Opens and reads a trace: tables, COUNTS, and the replay of every event,
+ * in file order, through a fresh lifecycle (threadsafe = 0) finished with
+ * the END record's how (CS_END_UNKNOWN when there is none). Returns NULL
+ * (and a message in err) when the file cannot be read or is not a capsan
+ * trace of a version this reader understands. A corrupt record later in
+ * the file is not fatal: the trace is returned with error set, holding
+ * everything before it. */
 cs_trace *cs_trace_open(const char *path, char *err, size_t errlen);
 void cs_trace_close(cs_trace *t);
 
-/* Feeds every event, in file order, to a fresh lifecycle (threadsafe = 0)
- * whose findings go to cb, then finishes it with the END record's how
- * (CS_END_UNKNOWN when there is none). Returns the number of events. */
+/* Hands the findings of the replay to cb, in the order the lifecycle
+ * reported them; may be called again. Returns the number of events. */
 uint64_t cs_trace_replay(cs_trace *t, cs_finding_cb cb, void *ud);
 
 /* Table lookups; NULL / 0 when unknown. */
@@ -88,5 +107,10 @@ const cs_module_rec *cs_trace_module(const cs_trace *t, uint64_t ip);
 int cs_trace_stack(const cs_trace *t, uint32_t stack, uint64_t *values, int max);
 
 void cs_trace_proc_info(const cs_trace *t, cs_proc_info *out);
+
+/* Events the process observed: the trace keeps only those of objects with
+ * findings (unless record_all=1); END and COUNTS records count them all. A
+ * killed process has no END, but its last COUNTS says how far it got. */
+uint64_t cs_trace_events_observed(const cs_trace *t);
 
 #endif

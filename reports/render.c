@@ -175,13 +175,10 @@ static void render_frame(cs_out *o, int k, const cs_frame_info *f)
     out_str(o, "\n");
 }
 
-void cs_render_text_finding(cs_out *o, const cs_proc_info *p,
-                            const cs_finding *f, const cs_stack_source *src)
+static void render_header(cs_out *o, const cs_proc_info *p, const cs_finding *f)
 {
-    char msg[512];
     int error = cs_kind_severity(f->kind) != CS_SEV_WARNING;
     const char *kind = cs_kind_name(f->kind);
-
     out_str(o, "=================================================================\n");
     cs_outf(o, "==%llu==", (unsigned long long)p->pid);
     if (o->color)
@@ -189,13 +186,22 @@ void cs_render_text_finding(cs_out *o, const cs_proc_info *p,
     out_str(o, error ? "ERROR: capsan: " : "WARNING: capsan: ");
     out_str(o, kind ? kind : "unknown");
     out_str(o, ": ");
-    out_str(o, cs_finding_message(f, msg, sizeof msg));
-    if (o->color)
-        out_str(o, COLOR_RESET);
-    out_str(o, "\n");
+}
 
+static void render_stack(cs_out *o, const cs_stack_source *src, uint32_t stack)
+{
+    cs_frame_info frames[RENDER_MAX_FRAMES];
+    int n = src ? cs_stack_frames(src, stack, frames, RENDER_MAX_FRAMES) : 0;
+    if (n == 0)
+        out_str(o, "    <no stack recorded>\n");
+    for (int k = 0; k < n; k++)
+        render_frame(o, k, &frames[k]);
+}
+
+static void render_events(cs_out *o, const cs_finding *f, int from, const cs_stack_source *src)
+{
     int nev = f->nevents < CS_FINDING_MAX_EVENTS ? f->nevents : CS_FINDING_MAX_EVENTS;
-    for (int i = 0; i < nev; i++) {
+    for (int i = from; i < nev; i++) {
         const cs_event *ev = &f->events[i];
         const char *phrase = cs_event_phrase(f, i);
         out_str(o, "  ");
@@ -206,18 +212,60 @@ void cs_render_text_finding(cs_out *o, const cs_proc_info *p,
             out_str(o, " at");
         }
         cs_outf(o, " (thread T%u):\n", ev->thread);
-
-        cs_frame_info frames[RENDER_MAX_FRAMES];
-        int n = src ? cs_stack_frames(src, ev->stack, frames, RENDER_MAX_FRAMES) : 0;
-        if (n == 0)
-            out_str(o, "    <no stack recorded>\n");
-        for (int k = 0; k < n; k++)
-            render_frame(o, k, &frames[k]);
+        render_stack(o, src, ev->stack);
     }
+}
+
+void cs_render_text_finding(cs_out *o, const cs_proc_info *p,
+                            const cs_finding *f, const cs_stack_source *src)
+{
+    char msg[512];
+    render_header(o, p, f);
+    out_str(o, cs_finding_message(f, msg, sizeof msg));
+    if (o->color)
+        out_str(o, COLOR_RESET);
+    out_str(o, "\n");
+    render_events(o, f, 0, src);
     out_str(o, "\n");
 }
 
-static int is_leak_kind(int kind)
+void cs_render_text_leak_group(cs_out *o, const cs_proc_info *p, const cs_finding *first,
+                               unsigned count, uint64_t bytes, const cs_stack_source *src)
+{
+    char msg[512];
+    render_header(o, p, first);
+    cs_outf(o, "Direct leak of %llu byte(s) in %u object(s) ", (unsigned long long)bytes, count);
+    /* "exported at" -> "exported from:", as LeakSanitizer's "allocated from:" */
+    const char *phrase = first->nevents ? cs_event_phrase(first, 0) : NULL;
+    size_t pl = phrase ? strlen(phrase) : 0;
+    if (pl > 3 && strcmp(phrase + pl - 3, " at") == 0) {
+        o->write(o->ud, phrase, pl - 3);
+        out_str(o, " from:");
+    } else {
+        out_str(o, "allocated from:");
+    }
+    if (o->color)
+        out_str(o, COLOR_RESET);
+    out_str(o, "\n");
+    if (first->nevents)
+        render_stack(o, src, first->events[0].stack);
+    out_str(o, count > 1 ? "  the first of them: " : "  ");
+    out_str(o, cs_finding_message(first, msg, sizeof msg));
+    out_str(o, "\n");
+    render_events(o, first, 1, src);
+    out_str(o, "\n");
+}
+
+void cs_render_text_omitted(cs_out *o, uint64_t pid, unsigned n, long max_findings)
+{
+    if (!n)
+        return;
+    if (pid)
+        cs_outf(o, "==%llu==capsan: ", (unsigned long long)pid);
+    cs_outf(o, "Omitting %u more finding(s). (max_findings=%ld)\n", n, max_findings);
+}
+
+int cs_kind_is_leak(int kind)
 {
     const char *name = cs_kind_name(kind);
     size_t n = name ? strlen(name) : 0;
@@ -232,7 +280,7 @@ void cs_summary_add(cs_summary *s, const cs_finding *f)
         s->errors++;
     if (f->kind < CS_KIND_COUNT)
         s->per_kind[f->kind]++;
-    if (is_leak_kind(f->kind)) {
+    if (cs_kind_is_leak(f->kind)) {
         s->leaked_bytes += f->bytes;
         s->leak_objects++;
     }

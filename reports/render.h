@@ -74,6 +74,23 @@ typedef struct cs_proc_info {
 void cs_render_text_finding(cs_out *o, const cs_proc_info *p,
                             const cs_finding *f, const cs_stack_source *src);
 
+/* LeakSanitizer-style block for `count` leaks (`bytes` in all) of one kind
+ * whose first event has the same stack; first is the first of them:
+ *   ==PID==ERROR: capsan: dlpack-leak: Direct leak of 1600 byte(s) in 2 object(s) exported from:
+ *       #0 ...                          (the stack of the first event)
+ *     the first of them: <message>
+ *     consumed at (thread T1):          (its other events)
+ *       #0 ... */
+void cs_render_text_leak_group(cs_out *o, const cs_proc_info *p, const cs_finding *first,
+                               unsigned count, uint64_t bytes, const cs_stack_source *src);
+
+/* "Omitting N more finding(s)." (max_findings); with a pid, prefixed
+ * ==PID==capsan: as the live report's lines are. */
+void cs_render_text_omitted(cs_out *o, uint64_t pid, unsigned n, long max_findings);
+
+/* 1 for the *-leak kinds */
+int cs_kind_is_leak(int kind);
+
 typedef struct cs_summary {
     unsigned errors, warnings, suppressed;
     uint64_t leaked_bytes;

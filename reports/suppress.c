@@ -247,3 +247,94 @@ void cs_supp_render_used(const cs_suppressions *s, cs_out *o)
     if (any)
         cs_outf(o, "\n");
 }
+
+/* ---- --gen-suppressions ------------------------------------------------ */
+
+static int has_prefix(const char *s, const char *p)
+{
+    return s && strncmp(s, p, strlen(p)) == 0;
+}
+
+/* A library everyone's stacks go through: naming it would suppress far
+ * more than the one finding. */
+static int system_path(const char *path)
+{
+    if (!path || !*path)
+        return 1;
+    return has_prefix(path, "/usr/") || has_prefix(path, "/lib") || has_prefix(path, "/bin/") ||
+           has_prefix(path, "/sbin/") || has_prefix(path, "/opt/conda") ||
+           has_prefix(path, "/proc/") || path[0] == '<' ||  /* <frozen ...>, <string> */
+           strstr(path, "/site-packages/") || strstr(path, "/dist-packages/") ||
+           strstr(path, "libcapsan") || strstr(path, "/lib/python3");
+}
+
+/* copy s into the pattern, turning what the suppression syntax would read
+ * as a comment, a line break or an anchor into '*' */
+static size_t put_pattern(char *buf, size_t n, size_t at, const char *s)
+{
+    for (; s && *s && at + 1 < n; s++) {
+        unsigned char c = (unsigned char)*s;
+        buf[at++] = (c == '#' || c < 0x20 || c == 0x7f || c == '^' || c == '$') ? '*' : (char)c;
+    }
+    buf[at < n ? at : n - 1] = 0;
+    return at;
+}
+
+size_t cs_supp_generate(const cs_finding *f, const cs_stack_source *src, char *buf, size_t n)
+{
+    if (!n)
+        return 0;
+    buf[0] = 0;
+    int nev = f->nevents < CS_FINDING_MAX_EVENTS ? f->nevents : CS_FINDING_MAX_EVENTS;
+    if (!nev || !src)
+        return 0;
+    const cs_event *ev = &f->events[is_leak_kind(f->kind) ? 0 : nev - 1];
+    cs_frame_info frames[SUPP_MAX_FRAMES];
+    int nf = cs_stack_frames(src, ev->stack, frames, SUPP_MAX_FRAMES);
+    const char *name = NULL;
+    int file = 0;
+    /* 1: a native function of the program's own code */
+    for (int k = 0; k < nf && !name; k++)
+        if (!frames[k].python && frames[k].function && !system_path(frames[k].module))
+            name = frames[k].function;
+    /* 2: the program's own Python file */
+    for (int k = 0; k < nf && !name; k++)
+        if (frames[k].python && frames[k].file && !system_path(frames[k].file)) {
+            name = frames[k].file;
+            file = 1;
+        }
+    /* 3: anything with a name, 4: a module */
+    for (int k = 0; k < nf && !name; k++) {
+        if (frames[k].python && frames[k].file) {
+            name = frames[k].file;
+            file = 1;
+        } else if (!frames[k].python && frames[k].function) {
+            name = frames[k].function;
+        }
+    }
+    for (int k = 0; k < nf && !name; k++)
+        if (!frames[k].python && frames[k].module && *frames[k].module) {
+            name = frames[k].module;
+            file = 1;
+        }
+    if (!name || !*name)
+        return 0;
+    const char *kind = cs_kind_name(f->kind);
+    size_t at = put_pattern(buf, n, 0, kind);
+    at = put_pattern(buf, n, at, ":");
+    if (file) {
+        /* a path: its last component, anchored at the end, so that the line
+         * works wherever the program is checked out */
+        const char *slash = strrchr(name, '/');
+        at = put_pattern(buf, n, at, slash ? "/" : "");
+        if (!slash && at + 1 < n)
+            buf[at++] = '^';
+        at = put_pattern(buf, n, at, slash ? slash + 1 : name);
+        if (at + 1 < n)
+            buf[at++] = '$';
+        buf[at < n ? at : n - 1] = 0;
+    } else {
+        at = put_pattern(buf, n, at, name);
+    }
+    return at < n ? at : n - 1;
+}

@@ -1,7 +1,12 @@
 /* Offline symbolizer (see symbolize.h). One Dwfl per module, opened on
  * first use: reporting all modules into one Dwfl would fail as soon as two
  * records overlap (a library unloaded and another loaded at its address),
- * and most traces only ever touch a handful of the modules they list. */
+ * and most traces only ever touch a handful of the modules they list.
+ * Opened modules are shared by every symbolizer of the process, keyed by
+ * path and build id: a report of many processes (multiprocessing workers
+ * all running the same interpreter and libraries) reads each file's DWARF
+ * once. A module loaded at another bias is looked up at the first one's,
+ * shifted by the difference. */
 #include "symbolize.h"
 
 #include <dlfcn.h>
@@ -16,11 +21,25 @@
 
 enum { MOD_UNTRIED = 0, MOD_OK = 1, MOD_FAILED = -1 };
 
+/* an ELF file opened for lookups, shared by all symbolizers */
+typedef struct shared_mod {
+    char *path;
+    uint8_t *build_id;
+    uint32_t build_id_len;
+    uint64_t base;            /* the bias it was reported at */
+    int ok;
+    Dwfl *dwfl;
+    Dwfl_Module *mod;
+} shared_mod;
+
+static shared_mod *shared;
+static size_t nshared, shared_cap;
+
 typedef struct sym_mod {
     const cs_module_rec *rec;
     int state;
-    Dwfl *dwfl;
     Dwfl_Module *mod;
+    uint64_t delta;           /* rec->base - the shared module's base */
     const char *path;         /* interned; the exe for an empty path */
     const char *build_id;     /* interned hex, or NULL */
 } sym_mod;
@@ -166,9 +185,6 @@ void cs_sym_destroy(cs_symbolizer *s)
 {
     if (!s)
         return;
-    for (size_t i = 0; i < s->nmods; i++)
-        if (s->mods[i].dwfl)
-            dwfl_end(s->mods[i].dwfl);
     free(s->mods);
     free(s->cache);
     free(s->pool);
@@ -186,9 +202,37 @@ static const Dwfl_Callbacks offline_callbacks = {
     .debuginfo_path = &debuginfo_path,
 };
 
-/* Opens the module's ELF at its recorded load bias; refuses a file whose
- * build id differs from the recorded one (the library was replaced since
- * the trace was written: its symbols would be plausible and wrong). */
+/* Opens path at bias base; refuses a file whose build id differs from the
+ * recorded one (the library was replaced since the trace was written: its
+ * symbols would be plausible and wrong). */
+static int open_elf(shared_mod *sm)
+{
+    Dwfl *d = dwfl_begin(&offline_callbacks);
+    if (!d)
+        return 0;
+    dwfl_report_begin(d);
+    const char *slash = strrchr(sm->path, '/');
+    /* add_p_vaddr: base is the load bias, as dl_iterate_phdr's dlpi_addr */
+    Dwfl_Module *mod = dwfl_report_elf(d, slash + 1, sm->path, -1, sm->base, true);
+    if (dwfl_report_end(d, NULL, NULL) != 0 || !mod) {
+        dwfl_end(d);
+        return 0;
+    }
+    if (sm->build_id_len) {
+        const unsigned char *bits = NULL;
+        GElf_Addr vaddr;
+        int n = dwfl_module_build_id(mod, &bits, &vaddr);
+        if (n > 0 && ((uint32_t)n != sm->build_id_len ||
+                      memcmp(bits, sm->build_id, (size_t)n) != 0)) {
+            dwfl_end(d);
+            return 0;
+        }
+    }
+    sm->dwfl = d;
+    sm->mod = mod;
+    return 1;
+}
+
 static int open_module(sym_mod *m)
 {
     if (m->state != MOD_UNTRIED)
@@ -196,31 +240,48 @@ static int open_module(sym_mod *m)
     m->state = MOD_FAILED;
     if (!m->path || m->path[0] != '/')
         return 0;                   /* the vdso, or nothing on disk */
-    Dwfl *d = dwfl_begin(&offline_callbacks);
-    if (!d)
-        return 0;
-    dwfl_report_begin(d);
-    const char *slash = strrchr(m->path, '/');
-    /* add_p_vaddr: base is the load bias, as dl_iterate_phdr's dlpi_addr */
-    Dwfl_Module *mod = dwfl_report_elf(d, slash + 1, m->path, -1, m->rec->base, true);
-    if (dwfl_report_end(d, NULL, NULL) != 0 || !mod) {
-        dwfl_end(d);
-        return 0;
-    }
-    if (m->rec->build_id_len) {
-        const unsigned char *bits = NULL;
-        GElf_Addr vaddr;
-        int n = dwfl_module_build_id(mod, &bits, &vaddr);
-        if (n > 0 && ((uint32_t)n != m->rec->build_id_len ||
-                      memcmp(bits, m->rec->build_id, (size_t)n) != 0)) {
-            dwfl_end(d);
-            return 0;
+    const cs_module_rec *r = m->rec;
+    shared_mod *sm = NULL;
+    for (size_t i = 0; i < nshared && !sm; i++)
+        if (shared[i].build_id_len == r->build_id_len && strcmp(shared[i].path, m->path) == 0 &&
+            (!r->build_id_len || memcmp(shared[i].build_id, r->build_id, r->build_id_len) == 0))
+            sm = &shared[i];
+    if (!sm) {
+        if (nshared == shared_cap) {
+            shared_cap = shared_cap ? shared_cap * 2 : 64;
+            shared = xrealloc(shared, shared_cap * sizeof *shared);
         }
+        sm = &shared[nshared++];
+        memset(sm, 0, sizeof *sm);
+        sm->path = xrealloc(NULL, strlen(m->path) + 1);
+        strcpy(sm->path, m->path);
+        sm->build_id_len = r->build_id_len;
+        if (r->build_id_len) {
+            sm->build_id = xrealloc(NULL, r->build_id_len);
+            memcpy(sm->build_id, r->build_id, r->build_id_len);
+        }
+        sm->base = r->base;
+        sm->ok = open_elf(sm);
     }
-    m->dwfl = d;
-    m->mod = mod;
+    if (!sm->ok)
+        return 0;
+    m->mod = sm->mod;
+    m->delta = r->base - sm->base;
     m->state = MOD_OK;
     return 1;
+}
+
+void cs_sym_cleanup(void)
+{
+    for (size_t i = 0; i < nshared; i++) {
+        if (shared[i].dwfl)
+            dwfl_end(shared[i].dwfl);
+        free(shared[i].path);
+        free(shared[i].build_id);
+    }
+    free(shared);
+    shared = NULL;
+    nshared = shared_cap = 0;
 }
 
 static sym_mod *find_module(cs_symbolizer *s, uint64_t ip)
@@ -307,8 +368,9 @@ static int pc_scopes(Dwarf_Die *parent, Dwarf_Addr pc, Dwarf_Die *chain, int *n,
 /* Fills frames for an address inside an opened module. */
 static int describe(cs_symbolizer *s, sym_mod *m, uint64_t ip, cs_frame_info *out, int max)
 {
-    /* a return address points after the call: look up the call itself */
-    Dwarf_Addr pc = ip ? ip - 1 : ip;
+    /* a return address points after the call: look up the call itself,
+     * where the shared module was reported */
+    Dwarf_Addr pc = (ip ? ip - 1 : ip) - m->delta;
     GElf_Off symoff;
     GElf_Sym sym;
     const char *symname = dwfl_module_addrinfo(m->mod, pc, &symoff, &sym, NULL, NULL, NULL);

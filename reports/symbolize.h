@@ -22,6 +22,8 @@ typedef struct cs_symbolizer cs_symbolizer;
 cs_symbolizer *cs_sym_create(const cs_module_rec *modules, size_t nmodules,
                              const char *exe);
 void cs_sym_destroy(cs_symbolizer *s);
+/* Closes the ELF files every symbolizer shared (at the end of a report). */
+void cs_sym_cleanup(void);
 
 /* Describes ip: up to max frames, innermost inlined call first, the
  * function that really holds the address last. Returns at least 1 when

@@ -24,9 +24,9 @@ pytestmark = pytest.mark.skipif(not os.path.exists(CAPSAN), reason="build/bin/ca
 
 # --- the format (preload/tracefmt.h) ----------------------------------------
 
-REC_PAD, REC_PROCESS, REC_MODULE, REC_CODE, REC_FRAME, REC_EVENT, REC_THREAD, REC_END, REC_OPTIONS = range(1, 10)
+REC_PAD, REC_PROCESS, REC_MODULE, REC_CODE, REC_FRAME, REC_EVENT, REC_THREAD, REC_END, REC_OPTIONS, REC_COUNTS = range(1, 11)
 EV_EXPORT, EV_CONSUME, EV_DELETE, EV_DESTROY = 1, 3, 5, 6
-EV_NP_ALLOC, EV_NP_FREE = 16, 17
+EV_NP_ALLOC, EV_NP_FREE, EV_NP_FOREIGN_FREE = 16, 17, 19
 END_EXIT, END_SIGNAL = 1, 2
 PY = 1 << 63
 PY_ENTRY = 1 << 62
@@ -83,8 +83,41 @@ def event(kind, obj, a=0, b=0, c=0, stack=0, thread=1, t=0, flags=0, aux=0, extr
     return rec(REC_EVENT, ev)
 
 
-def end(how=END_EXIT, status=0):
-    return rec(REC_END, struct.pack("<IiQQQ", how, status, START_MONO + 10_000, 0, 0))
+def end(how=END_EXIT, status=0, t=10_000, events=0):
+    return rec(REC_END, struct.pack("<IiQQQQ", how, status, START_MONO + t, 0, 0, events))
+
+
+def counts(t, events=0, live_dlpack=0, live_dlpack_bytes=0, live_numpy=0, live_numpy_bytes=0):
+    return rec(REC_COUNTS, struct.pack("<QQQQQQ", START_MONO + t, events, live_dlpack,
+                                       live_dlpack_bytes, live_numpy, live_numpy_bytes))
+
+
+def downsample(records, cap=2000):
+    """The reader's COUNTS downsampling (reports/reader.c), as a model: buckets of
+    `stride` records keep the latest time and the maximum of every series; when
+    `cap` points are kept, neighbours merge and the stride doubles.
+    records: tuples (time, events, dl, dl_bytes, np, np_bytes). Returns (points, stride)."""
+    pts, stride, bucket, bn = [], 1, None, 0
+
+    def merge(a, b):
+        return tuple(max(x, y) for x, y in zip(a, b))
+
+    def push(c):
+        nonlocal pts, stride
+        if len(pts) == cap:
+            pts = [merge(pts[i], pts[i + 1]) for i in range(0, len(pts) - 1, 2)]
+            stride *= 2
+        pts.append(c)
+
+    for r in records:
+        bucket = r if bn == 0 else merge(bucket, r)
+        bn += 1
+        if bn >= stride:
+            push(bucket)
+            bn = 0
+    if bn:
+        push(bucket)
+    return sorted(pts), stride
 
 
 def double_delete_trace():
@@ -227,7 +260,7 @@ def test_native_frames_symbolized_and_merged(tmp_path):
         frame(5, 4, ip_nowhere),
         frame(6, 5, ip_eval),
         frame(7, 6, ip_free),          # leaf: innermost native frame
-        event(EV_NP_FREE, 0x9000, a=16, stack=7, t=1),   # a foreign free
+        event(EV_NP_FOREIGN_FREE, 0x9000, a=16, stack=7, t=1),   # a foreign free
         end(),
     ])
     r = report("--format", "json", write(tmp_path, data))
@@ -429,3 +462,144 @@ def test_run_signal_and_errors(tmp_path):
                  ["--frob", "--", "true"], []):
         r = subprocess.run([CAPSAN, "run", *args], capture_output=True, text=True)
         assert r.returncode == 2, args
+
+
+# --- a real trace, cut and damaged ---------------------------------------------------
+#
+# The same checks on a trace the runtime wrote: every record boundary, random
+# offsets inside records, and random byte flips. Each family is one `capsan
+# report` over all its files (fast: the ELF files are read once), then the
+# JSON entries are matched back to the files by their "trace" field.
+
+REAL_SCRIPT = """\
+import dlconsumer as C
+import dlproducer as P
+cap = P.good(8)
+C.double_delete(cap)
+C.consume_leak(P.good(4))
+print("done", flush=True)
+"""
+
+
+def records(data):
+    """(offset, type, size) of every record up to the end-of-data marker."""
+    out, off = [], struct.unpack_from("<I", data, 12)[0]
+    while off + 8 <= len(data):
+        rtype, _, size = struct.unpack_from("<HHI", data, off)
+        if rtype == 0 and size == 0:
+            break
+        out.append((off, rtype, size))
+        off += size
+    return out
+
+
+@pytest.fixture(scope="module")
+def real_trace(tmp_path_factory):
+    from conftest import CAPSAN as CAPSAN_RUN, STATIC_PY, base_env, no_core, require_runtime
+    require_runtime()
+    tmp = tmp_path_factory.mktemp("real")
+    (tmp / "prog.py").write_text(REAL_SCRIPT)
+    # the build's capsan runs the program; CAPSAN (maybe CAPSAN_BIN) reports
+    cp = subprocess.run([str(CAPSAN_RUN), "run", "--log-path", str(tmp / "t"), "--", str(STATIC_PY), "prog.py"],
+                        capture_output=True, text=True, cwd=tmp, timeout=120, preexec_fn=no_core,
+                        env=base_env({"CAPSAN_OPTIONS": "protect=1"}))
+    assert "done" in cp.stdout, cp.stderr
+    paths = [p for p in tmp.iterdir() if re.fullmatch(r"t\.\d+", p.name)]
+    assert len(paths) == 1, paths
+    data = paths[0].read_bytes()
+    recs = records(data)
+    data = data[:recs[-1][0] + recs[-1][2]]   # without the zeroed tail
+    assert recs[-1][1] == REC_END
+    return data, recs
+
+
+def report_many(paths, fmt="json"):
+    """One `capsan report` over many files: never a signal, exit 0/1, valid JSON;
+    returns (the process entries by trace path, stderr)."""
+    r = subprocess.run([CAPSAN, "report", "--format", fmt, *map(str, paths)], capture_output=True,
+                       text=True, errors="replace", timeout=120)
+    if r.returncode < 0 or r.returncode not in (0, 1):
+        # find the file that did it, for the message
+        for p in paths:
+            one = report("--format", fmt, str(p), check_signal=False)
+            assert one.returncode in (0, 1), (p, one.returncode, one.stderr[-2000:])
+        pytest.fail(f"capsan report died ({r.returncode}) on the batch: {r.stderr[-2000:]}")
+    if fmt != "json":
+        return None, r.stderr
+    doc = json.loads(r.stdout)
+    return {p["trace"]: p for p in doc["processes"]}, r.stderr
+
+
+def kinds_of(proc):
+    return sorted(f["kind"] for f in proc["findings"])
+
+
+def test_real_trace_cut_at_every_record_boundary(tmp_path, real_trace):
+    data, recs = real_trace
+    whole, _ = report_many([write(tmp_path, data, "whole")])
+    (full,) = whole.values()
+    assert kinds_of(full) == ["dlpack-double-delete", "dlpack-leak"], full
+    proc_end = next(o + s for o, t, s in recs if t == REC_PROCESS)
+    # the double delete is judged when its second DELETE event is read
+    events = [(o, s) for o, t, s in recs if t == REC_EVENT]
+    dd_kinds = [struct.unpack_from("<B", data, o + 8)[0] for o, _ in events]
+    second_delete = [o + s for (o, s), k in zip(events, dd_kinds) if k == EV_DELETE][1]
+    cuts = [64] + [o + s for o, _, s in recs]
+    paths = [write(tmp_path, data[:n], f"cut{n}") for n in cuts]
+    procs, err = report_many(paths)
+    for n, p in zip(cuts, paths):
+        proc = procs[p]
+        assert proc["error"] is None, (n, proc["error"])          # a boundary is a clean end
+        assert proc["pid"] == full["pid"]
+        if n >= proc_end:
+            assert proc["argv"] == full["argv"], n
+        want = ["dlpack-double-delete"] if n >= second_delete else []
+        if n == len(data):
+            want = kinds_of(full)                                 # END: now leaks count
+        assert kinds_of(proc) == want, (n, kinds_of(proc))
+        assert proc["ended"] == ("exit" if n == len(data) else "unknown"), n
+    # text over the same files: no crash either
+    report_many(paths, fmt="text")
+
+
+def test_real_trace_cut_inside_records(tmp_path, real_trace):
+    """A cut inside a record is corrupt at that record's offset; what came before stays."""
+    data, recs = real_trace
+    rng = random.Random(1234)
+    starts = [o for o, _, _ in recs]
+    cuts = sorted({rng.randrange(65, len(data)) for _ in range(80)} - set(starts) -
+                  {o + s for o, _, s in recs})
+    paths = [write(tmp_path, data[:n], f"mid{n}") for n in cuts]
+    procs, err = report_many(paths)
+    # what the file says up to the damaged record: the same file cut there
+    ats = sorted({max(o for o in starts if o < n) for n in cuts})
+    refs, _ = report_many([write(tmp_path, data[:a], f"ref{a}") for a in ats])
+    for n, p in zip(cuts, paths):
+        at = max(o for o in starts if o < n)          # the record the cut falls into
+        proc = procs[p]
+        assert proc["error"] and f"at offset {at:#x}" in proc["error"], (n, at, proc["error"])
+        assert f"{p}: corrupt record at offset {at:#x}" in err
+        ref = refs[str(tmp_path / f"ref{at}")]
+        assert kinds_of(proc) == kinds_of(ref) and proc["argv"] == ref["argv"], n
+        assert proc["summary"]["events"] == ref["summary"]["events"], n
+
+
+def test_real_trace_random_byte_flips(tmp_path, real_trace):
+    data, recs = real_trace
+    rng = random.Random(20240917)
+    paths = []
+    for i in range(150):
+        d = bytearray(data)
+        for _ in range(rng.choice((1, 1, 2, 3, 8))):
+            pos = rng.randrange(len(d))
+            d[pos] = rng.randrange(256) if rng.random() < 0.6 else d[pos] ^ (1 << rng.randrange(8))
+        paths.append(write(tmp_path, bytes(d), f"flip{i}"))
+    procs, err = report_many(paths)
+    for p in paths:
+        if p in procs:
+            if procs[p]["error"]:
+                assert re.search(r"at offset 0x[0-9a-f]+", procs[p]["error"])
+        else:                                         # rejected as a whole: the header
+            assert re.search(re.escape(p) + r": .*offset 0x[0-9a-f]+", err), (p, err[-2000:])
+    report_many(paths, fmt="text")
+    report_many(paths[:40], fmt="html")

@@ -1,0 +1,24 @@
+"""W1: an allocation-heavy NumPy workload -- argv[1] array creations (default
+1,000,000) of mixed sizes, with temporaries: every iteration creates five
+arrays (empty, ones, the temporary of b*2, the sum, a strided copy) of one
+of nine sizes from 1 to 5,000 elements, and frees them. Every creation is
+a NumPy data allocation (and later a free) through the current handler.
+
+Prints the loop's own time (import time is not what capsan is judged on)."""
+import sys
+import time
+
+import numpy as np
+
+n = int(sys.argv[1]) if len(sys.argv) > 1 else 1_000_000
+SIZES = (1, 3, 8, 64, 100, 257, 1000, 2000, 5000)
+iters = n // 5
+t0 = time.perf_counter()
+for i in range(iters):
+    k = SIZES[i % len(SIZES)]
+    a = np.empty(k)
+    b = np.ones(k)
+    c = b * 2.0 + b          # a temporary (b * 2.0), then the sum
+    d = c[::2].copy()
+    del a, b, c, d
+print(time.perf_counter() - t0)

@@ -1,0 +1,237 @@
+"""Findings as Python objects, built from the runtime's JSON (the contract's
+finding objects, DESIGN.md), and their LeakSanitizer-style text."""
+from __future__ import annotations
+
+import fnmatch
+import json
+import os
+import sys
+import sysconfig
+
+__all__ = ["Frame", "Event", "Finding", "parse", "render_text", "summary_line", "matches"]
+
+
+def _library_dirs():
+    dirs = set()
+    for key in ("stdlib", "platstdlib", "purelib", "platlib"):
+        p = sysconfig.get_paths().get(key)
+        if p:
+            dirs.add(os.path.realpath(p))
+    for p in sys.path:
+        if p and os.path.basename(p.rstrip("/")) in ("site-packages", "dist-packages"):
+            dirs.add(os.path.realpath(p))
+    dirs.add(os.path.dirname(os.path.realpath(__file__)))  # capsan itself
+    return tuple(d.rstrip("/") + "/" for d in dirs)
+
+
+_LIBDIRS = None
+
+
+def _is_library_file(path: str) -> bool:
+    global _LIBDIRS
+    if _LIBDIRS is None:
+        _LIBDIRS = _library_dirs()
+    if not path or path.startswith("<"):
+        return True
+    rp = os.path.realpath(path)
+    return rp.startswith(_LIBDIRS)
+
+
+class Frame:
+    """One stack frame: a Python frame (file, line, function) or a native
+    one (module, address, function and, when symbolized, file:line)."""
+
+    __slots__ = ("python", "file", "line", "function", "module", "address", "raw")
+
+    def __init__(self, d: dict):
+        self.raw = d
+        self.python = bool(d.get("python"))
+        self.file = d.get("file") or ""
+        self.line = int(d.get("line") or 0)
+        self.function = d.get("function") or ""
+        self.module = d.get("module") or ""
+        self.address = d.get("address") or ""
+
+    @property
+    def where(self) -> str:
+        """`file.py:12` for Python frames (base name), `module+function` for native ones."""
+        if self.python:
+            return f"{os.path.basename(self.file)}:{self.line}"
+        if self.file:
+            return f"{os.path.basename(self.file)}:{self.line}" if self.line else os.path.basename(self.file)
+        return f"{self.function or '?'} ({self.module or '?'})"
+
+    def __str__(self) -> str:
+        if self.python:
+            return f"{self.file or '<unknown>'}:{self.line} in {self.function or '<unknown>'}"
+        s = f"{self.address or '0x0'}"
+        if self.function:
+            s += f" in {self.function}"
+            if self.file:
+                s += f" {self.file}" + (f":{self.line}" if self.line else "")
+            elif self.module:
+                s += f" ({self.module})"
+        elif self.module:
+            s += f" ({self.module})"
+        else:
+            s += " (<unknown module>)"
+        return s
+
+    def __repr__(self) -> str:
+        return f"Frame({str(self)!r})"
+
+
+class Event:
+    """One recorded event of a finding's object: `event` ("alloc", "free",
+    "handler", "export", "consume", "delete", ...), the thread number, the
+    time in ns since the process started and the stack, innermost first."""
+
+    __slots__ = ("event", "phrase", "thread", "time_ns", "flags", "stack", "raw")
+
+    def __init__(self, d: dict):
+        self.raw = d
+        self.event = d.get("event", "")
+        self.phrase = d.get("phrase") or ""
+        self.thread = int(d.get("thread") or 0)
+        self.time_ns = int(d.get("time_ns") or 0)
+        self.flags = int(d.get("flags") or 0)
+        self.stack = [Frame(f) for f in d.get("stack") or []]
+
+    @property
+    def python_stack(self) -> list:
+        return [f for f in self.stack if f.python]
+
+    def __repr__(self) -> str:
+        top = user_frame(self.stack)
+        return f"Event({self.event!r}, thread={self.thread}, at={top.where if top else None!r})"
+
+
+def user_frame(stack):
+    """The innermost Python frame outside the stdlib, site/dist-packages and
+    capsan itself (the line a user wrote); else the innermost Python frame."""
+    py = [f for f in stack if f.python]
+    for f in py:
+        if not _is_library_file(f.file):
+            return f
+    return py[0] if py else None
+
+
+class Finding:
+    """A finding reported by the runtime.
+
+    kind, severity ("error"/"warning"), message, bytes, object ({"type",
+    "address"}), events (list of Event), stack (the first event's stack),
+    count (objects grouped into it, 1 unless the runtime grouped leaks) and
+    raw (the JSON object as the runtime wrote it)."""
+
+    def __init__(self, d: dict):
+        self.raw = d
+        self.kind = d.get("kind", "")
+        self.severity = d.get("severity", "error")
+        self.message = d.get("message", "")
+        self.bytes = int(d.get("bytes") or 0)
+        self.object = d.get("object") or {}
+        self.count = int(d.get("count") or 1)
+        self.events = [Event(e) for e in d.get("events") or []]
+
+    @property
+    def stack(self) -> list:
+        return self.events[0].stack if self.events else []
+
+    @property
+    def frame(self):
+        """The user's frame where it started (see `at`), or None."""
+        for ev in self.events:
+            f = user_frame(ev.stack)
+            if f is not None:
+                return f
+        return None
+
+    @property
+    def at(self):
+        """`file.py:LINE` of the first event's user frame, or None."""
+        f = self.frame
+        return f.where if f else None
+
+    def python_lines(self, event=None):
+        """Every (basename, line) of a Python frame in the events' stacks."""
+        out = []
+        for ev in self.events:
+            if event is None or ev.event == event:
+                out += [(os.path.basename(f.file), f.line) for f in ev.stack if f.python]
+        return out
+
+    def happened_at(self, file, line, event=None) -> bool:
+        """True when an event (of that name) has a Python frame at file:line."""
+        return (os.path.basename(str(file)), int(line)) in self.python_lines(event)
+
+    def __repr__(self) -> str:
+        return f"Finding(kind={self.kind!r}, bytes={self.bytes}, at={self.at!r})"
+
+    def format(self, pid=None) -> str:
+        return render_finding(self, pid)
+
+
+def parse(text_or_list) -> list:
+    data = json.loads(text_or_list) if isinstance(text_or_list, (str, bytes)) else text_or_list
+    if isinstance(data, dict):  # a whole report: every process's findings
+        data = [f for p in data.get("processes", []) for f in p.get("findings", [])]
+    return [Finding(d) for d in data or []]
+
+
+def matches(kind: str, patterns) -> bool:
+    """`kind` is allowed by one of `patterns` (exact names, globs such as
+    "numpy-*", or "leak" for every *-leak kind, as in LeakSanitizer's
+    suppressions)."""
+    for p in patterns or ():
+        if p == kind or fnmatch.fnmatchcase(kind, p) or (p == "leak" and kind.endswith("-leak")):
+            return True
+    return False
+
+
+# ---- text --------------------------------------------------------------
+
+_RULE = "=" * 65
+
+
+def render_finding(f: Finding, pid=None, cut=None) -> str:
+    """LeakSanitizer-style text. `cut(frame)`, when given, ends each stack
+    at the first frame for which it is true (a harness's own frames)."""
+    pid = os.getpid() if pid is None else pid
+    word = "WARNING" if f.severity == "warning" else "ERROR"
+    lines = [_RULE, f"=={pid}=={word}: capsan: {f.kind}: {f.message}"]
+    if f.count > 1:
+        lines.append(f"  ({f.count} objects, {f.bytes} byte(s) in all)")
+    for ev in f.events:
+        head = ev.phrase or f"{ev.event} at"
+        lines.append(f"  {head} (thread T{ev.thread}):")
+        if not ev.stack:
+            lines.append("    <no stack recorded>")
+        for k, fr in enumerate(ev.stack):
+            if cut is not None and k and cut(fr):
+                lines.append(f"    ... {len(ev.stack) - k} more frame(s)")
+                break
+            lines.append(f"    #{k} {fr}")
+    if not f.events:
+        lines.append("  <no events recorded>")
+    return "\n".join(lines) + "\n"
+
+
+def summary_line(findings) -> str:
+    errors = sum(1 for f in findings if f.severity != "warning")
+    warnings = len(findings) - errors
+    per = {}
+    for f in findings:
+        per[f.kind] = per.get(f.kind, 0) + 1
+    s = f"SUMMARY: capsan: {errors} error(s), {warnings} warning(s)"
+    if per:
+        s += " [" + ", ".join(f"{k}: {n}" for k, n in per.items()) + "]"
+    leaks = [f for f in findings if f.kind.endswith("-leak")]
+    s += (f"; {sum(f.bytes for f in leaks)} byte(s) leaked in "
+          f"{sum(f.count for f in leaks)} object(s).")
+    return s
+
+
+def render_text(findings, pid=None, cut=None) -> str:
+    return ("".join(render_finding(f, pid, cut) + "\n" for f in findings)
+            + summary_line(findings) + "\n")

@@ -1,0 +1,18 @@
+/* Shared by the capsan CLI's commands (cli.c: run, main; report.c). */
+#ifndef CAPSAN_CLI_H
+#define CAPSAN_CLI_H
+
+#define EXIT_USAGE 2
+
+extern const char cs_usage_text[];
+
+/* "capsan: <message>\n(capsan --help for usage)", then exit(EXIT_USAGE) */
+void cs_usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+/* --flag=value or --flag value; advances *i past a separate value */
+char *cs_flag_value(int argc, char **argv, int *i, const char *flag);
+/* the default of a CAPSAN_OPTIONS key as written in options.inc, or NULL */
+const char *cs_option_default(const char *name);
+
+int cs_cmd_report(int argc, char **argv);
+
+#endif

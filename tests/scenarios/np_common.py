@@ -1,0 +1,10 @@
+"""Shared by the np_* scenarios: print a trace's findings as one JSON line
+(`CAPSAN-FINDINGS [...]`) for the test to parse, and the trace's own
+repr/report bits the tests check."""
+import json
+
+
+def emit(t):
+    fs = t.findings
+    print("CAPSAN-REPR " + json.dumps([repr(f) for f in fs]), flush=True)
+    print("CAPSAN-FINDINGS " + json.dumps([f.raw for f in fs]), flush=True)

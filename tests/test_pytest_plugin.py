@@ -1,0 +1,300 @@
+"""The pytest plugin (capsan.pytest_plugin): `--capsan`, the `capsan`
+marker, the `capsan_trace` fixture, per-test attribution, the terminal
+summary and the JSON report; registered through the generated
+capsan-0.1.dist-info (autoload) and through `-p capsan.pytest_plugin`, from
+the checkout build and from an installed tree. Each case runs pytest in a
+subprocess on a generated test file."""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from conftest import (BUILD, DEFAULT_EXITCODE, FIXDIR, LIBCAPSAN, ROOT, STATIC_PY, base_env,
+                      marker_line, no_core)
+
+sys.path.insert(0, str(ROOT / "tests" / "scenarios"))
+from np_testlib import PYDIR, require_np  # noqa: E402
+
+DIST = PYDIR / "capsan-0.1.dist-info"
+
+TESTS = '''
+import numpy as np
+import pytest
+import dlconsumer as C
+import dlproducer as P
+import np_leaky as L
+
+
+def test_clean():
+    a = np.ones(100)
+    assert a.sum() == 100
+
+
+def test_leaks():
+    a = np.ones(1000)  # <-- leak
+    L.keep_forever(a)
+
+
+@pytest.mark.capsan(allow=["numpy-leak"])
+def test_allowed_leak():
+    L.keep_forever(np.ones(10))  # <-- allowed
+
+
+@pytest.mark.capsan(check=False)
+def test_unchecked_leak():
+    L.keep_forever(np.ones(20))
+
+
+def test_double_delete():
+    C.double_delete(P.good(4))  # <-- dlpack
+
+
+def test_fixture(capsan_trace):
+    assert capsan_trace.active
+    C.double_delete(P.good(4))
+    assert [f.kind for f in capsan_trace.findings] == ["dlpack-double-delete"]
+
+
+@pytest.fixture
+def holder():
+    box = []
+    yield box
+    box.clear()  # a function-scoped fixture keeps arrays until teardown: no leak
+
+
+def test_fixture_holds_arrays(holder):
+    holder.append(np.ones(50))
+
+
+@pytest.fixture
+def bad_teardown():
+    yield
+    C.double_delete(P.good(4))  # <-- teardown
+
+
+def test_teardown_finding(bad_teardown):
+    pass
+
+
+def test_fails_itself():
+    a = np.ones(10)
+    assert a.sum() == 0
+'''
+
+EXPECTED_FAILED = {"test_leaks", "test_double_delete", "test_fixture", "test_teardown_finding",
+                   "test_fails_itself"}
+
+
+def write_tests(tmp_path, text=TESTS, name="test_sample.py"):
+    d = tmp_path / "suite"
+    d.mkdir(exist_ok=True)
+    p = d / name
+    p.write_text(textwrap.dedent(text))
+    return p
+
+
+def pytest_run(tmp_path, args, *, pythonpath=None, preload=False, options=("protect=1",),
+               env=None, timeout=120):
+    require_np()
+    e = base_env()
+    e["PYTHONPATH"] = f"{pythonpath or PYDIR}:{FIXDIR}"
+    e["CAPSAN_OPTIONS"] = ":".join([f"log_path={tmp_path / 't'}", *options])
+    e.pop("PYTEST_ADDOPTS", None)
+    e.pop("PYTEST_PLUGINS", None)
+    e.pop("PYTEST_DISABLE_PLUGIN_AUTOLOAD", None)
+    if preload:
+        e["LD_PRELOAD"] = str(LIBCAPSAN)
+    if env:
+        e.update(env)
+    cmd = [str(STATIC_PY), "-m", "pytest", "-p", "no:cacheprovider", "-rfE", *args]
+    cp = subprocess.run(cmd, capture_output=True, text=True, env=e, timeout=timeout,
+                        cwd=str(tmp_path / "suite"), stdin=subprocess.DEVNULL, preexec_fn=no_core)
+    cp.describe = (f"command: {' '.join(cmd)}\nrc={cp.returncode}\n--- stdout\n{cp.stdout[-8000:]}"
+                   f"\n--- stderr\n{cp.stderr[-3000:]}")
+    return cp
+
+
+def outcomes(cp):
+    """{test name: 'passed'/'failed'/'error'} from `-rA`-less output: the -rfE
+    short summary lists failures and errors; everything else passed."""
+    out = {}
+    for line in cp.stdout.splitlines():
+        for word in ("FAILED", "ERROR"):
+            if line.startswith(word + " "):
+                nodeid = line.split()[1]
+                name = nodeid.split("::")[-1]
+                out[name] = word.lower() if name not in out else out[name] + "+" + word.lower()
+    return out
+
+
+def test_dist_info_is_generated():
+    require_np()
+    ep = (DIST / "entry_points.txt").read_text()
+    assert "[pytest11]" in ep and "capsan = capsan.pytest_plugin" in ep, ep
+    meta = (DIST / "METADATA").read_text()
+    assert "Name: capsan" in meta and "Version: 0.1" in meta, meta
+
+
+def check_full_run(cp, path):
+    got = outcomes(cp)
+    assert {k for k, v in got.items() if v.startswith("failed")} == EXPECTED_FAILED, (
+        f"{got}\n{cp.describe}")
+    assert cp.returncode == 1, cp.describe
+    line = marker_line(path, "leak")
+    # the short summary names kind and line; the failure text has the stacks
+    assert f"FAILED test_sample.py::test_leaks - capsan: numpy-leak at test_sample.py:{line}" \
+        in cp.stdout, cp.describe
+    assert f"{path}:{line} in test_leaks" in cp.stdout, cp.describe
+    text = cp.stdout.split("capsan: 1 finding(s) in test_leaks (setup, call and teardown)")
+    assert len(text) == 2, "no capsan failure text for test_leaks\n" + cp.describe
+    text = text[1].split("SUMMARY: capsan:")[0]
+    assert "ERROR: capsan: numpy-leak" in text and "more frame(s)" in text, text
+    assert f"{path}:{line} in test_leaks" in text, text
+    assert "_pytest/runner.py" not in text, "pytest's own frames in the failure text\n" + text
+    # the terminal summary lists every test with findings
+    summary = cp.stdout.split("capsan: ")[-1]
+    assert "test(s) with findings" in cp.stdout, cp.describe
+    for name in ("test_leaks", "test_allowed_leak", "test_unchecked_leak", "test_double_delete",
+                 "test_fixture", "test_teardown_finding"):
+        assert f"test_sample.py::{name}: " in cp.stdout, f"{name} not in the summary\n{cp.describe}"
+    assert "numpy-leak x1 at test_sample.py:%d (allowed)" % marker_line(path, "allowed") \
+        in cp.stdout, cp.describe
+    for name in ("test_clean", "test_fixture_holds_arrays", "test_fails_itself"):
+        assert f"test_sample.py::{name}: " not in cp.stdout, f"{name} has findings\n{cp.describe}"
+    del summary
+
+
+def test_capsan_flag_autoloads_from_the_checkout(tmp_path):
+    path = write_tests(tmp_path)
+    cp = pytest_run(tmp_path, ["--capsan", str(path.name)])
+    check_full_run(cp, path)
+
+
+def test_explicit_plugin_and_autoload_together(tmp_path):
+    """-p capsan.pytest_plugin while the dist-info entry point is visible too:
+    the module is registered once."""
+    path = write_tests(tmp_path)
+    cp = pytest_run(tmp_path, ["-p", "capsan.pytest_plugin", "--capsan", path.name])
+    assert "already registered" not in cp.stderr + cp.stdout, cp.describe
+    check_full_run(cp, path)
+
+
+def test_explicit_plugin_without_autoload(tmp_path):
+    path = write_tests(tmp_path)
+    cp = pytest_run(tmp_path, ["-p", "capsan.pytest_plugin", "--capsan", path.name],
+                    env={"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"})
+    check_full_run(cp, path)
+
+
+def test_without_flag_only_marked_and_fixture_tests_are_traced(tmp_path):
+    path = write_tests(tmp_path)
+    cp = pytest_run(tmp_path, [path.name])
+    got = outcomes(cp)
+    # test_leaks and test_double_delete are not traced; test_fixture is (it asks)
+    assert {k for k, v in got.items() if v.startswith("failed")} == {"test_fixture",
+                                                                     "test_fails_itself"}, (
+        f"{got}\n{cp.describe}")
+    assert "test_sample.py::test_allowed_leak: numpy-leak x1" in cp.stdout, cp.describe
+    assert "test_sample.py::test_leaks" not in cp.stdout.split("short test summary")[0].split(
+        "test(s) with findings")[-1], cp.describe
+
+
+def test_json_report_attributes_findings_to_tests(tmp_path):
+    path = write_tests(tmp_path)
+    out = tmp_path / "capsan.json"
+    cp = pytest_run(tmp_path, ["--capsan", f"--capsan-report={out}", path.name])
+    assert out.exists(), cp.describe
+    rep = json.loads(out.read_text())
+    assert rep["tool"] == "capsan"
+    per = {t["nodeid"].split("::")[-1]: [f["kind"] for f in t["findings"]] for t in rep["tests"]}
+    assert per["test_clean"] == [] and per["test_fixture_holds_arrays"] == [], per
+    assert per["test_leaks"] == ["numpy-leak"], per
+    assert per["test_allowed_leak"] == ["numpy-leak"], per
+    assert per["test_double_delete"] == ["dlpack-double-delete"], per
+    assert per["test_fixture"] == ["dlpack-double-delete"], per
+    assert per["test_teardown_finding"] == ["dlpack-double-delete"], per
+    assert per["test_fails_itself"] == [], per  # a failing test's arrays are not leaks
+    allowed = {t["nodeid"].split("::")[-1]: [f["allowed"] for f in t["findings"]]
+               for t in rep["tests"]}
+    assert allowed["test_allowed_leak"] == [True] and allowed["test_leaks"] == [False], allowed
+    # the line of the teardown's finding is the fixture's
+    t, = [t for t in rep["tests"] if t["nodeid"].endswith("test_teardown_finding")]
+    lines = {fr["line"] for ev in t["findings"][0]["events"] for fr in ev["stack"]
+             if fr["python"] and fr["file"].endswith("test_sample.py")}
+    assert marker_line(path, "teardown") in lines, lines
+
+
+def test_loading_the_plugin_does_not_start_the_runtime(tmp_path):
+    """The entry point is seen by every pytest run that can import capsan: unless
+    a test asks for capsan, the runtime stays off and writes nothing."""
+    path = write_tests(tmp_path, '''
+        import numpy as np
+
+        def test_runtime_is_off():
+            import capsan
+            assert not capsan.active()
+            a = np.ones(10)
+            del a
+    ''', name="test_off.py")
+    cp = pytest_run(tmp_path, [path.name])
+    assert cp.returncode == 0, cp.describe
+    assert not list(tmp_path.glob("t.*")), "a trace file was written"
+    assert "capsan:" not in cp.stdout, cp.describe
+
+
+def test_installed_tree(tmp_path):
+    """`make install PREFIX=...`: the package, the dist-info and the runtime
+    land under PREFIX; `pytest --capsan` works with PREFIX/lib/capsan/python
+    on PYTHONPATH and binds PREFIX/lib/libcapsan.so."""
+    prefix = tmp_path / "prefix"
+    mk = subprocess.run(["make", "-s", "-o", "all", "-C", str(ROOT), "install", f"PREFIX={prefix}"],
+                        capture_output=True, text=True, timeout=120)
+    assert mk.returncode == 0, mk.stdout + mk.stderr
+    pyd = prefix / "lib" / "capsan" / "python"
+    assert (pyd / "capsan" / "pytest_plugin.py").exists()
+    assert (pyd / "capsan-0.1.dist-info" / "entry_points.txt").exists()
+    assert (prefix / "lib" / "libcapsan.so").exists()
+    path = write_tests(tmp_path)
+    (path.parent / "test_where.py").write_text(textwrap.dedent(f'''
+        def test_where():
+            import capsan
+            assert capsan.library_path == {str(prefix / "lib" / "libcapsan.so")!r}
+    '''))
+    cp = pytest_run(tmp_path, ["--capsan", path.name, "test_where.py"], pythonpath=pyd)
+    check_full_run(cp, path)
+    assert "test_where" not in outcomes(cp), cp.describe
+
+
+def test_under_preload(tmp_path):
+    """LD_PRELOAD + --capsan: the plugin binds the preloaded runtime; the
+    per-test findings are the same, and the runtime's exit status is 23."""
+    path = write_tests(tmp_path)
+    cp = pytest_run(tmp_path, ["--capsan", path.name], preload=True)
+    got = outcomes(cp)
+    assert {k for k, v in got.items() if v.startswith("failed")} == EXPECTED_FAILED, (
+        f"{got}\n{cp.describe}")
+    assert cp.returncode == DEFAULT_EXITCODE, cp.describe
+    cp0 = pytest_run(tmp_path, ["--capsan", path.name], preload=True,
+                     options=("protect=1", "exitcode=0"))
+    assert cp0.returncode == 1, cp0.describe
+
+
+def test_missing_runtime_breaks_only_runs_that_ask_for_capsan(tmp_path):
+    """A package and dist-info without their libcapsan.so: pytest runs that do
+    not use capsan are unaffected; --capsan is a usage error naming the cause."""
+    import shutil
+    pyd = tmp_path / "lonely"
+    shutil.copytree(PYDIR / "capsan", pyd / "capsan")
+    shutil.copytree(DIST, pyd / DIST.name)
+    path = write_tests(tmp_path, '''
+        def test_plain():
+            assert True
+    ''', name="test_plain.py")
+    cp = pytest_run(tmp_path, [path.name], pythonpath=pyd)
+    assert cp.returncode == 0, cp.describe
+    cp = pytest_run(tmp_path, ["--capsan", path.name], pythonpath=pyd)
+    assert cp.returncode == 4, cp.describe
+    assert "libcapsan.so not found" in cp.stderr, cp.describe
