@@ -247,9 +247,33 @@ static PyObject_ *hook_cv_new(const char *name, PyObject_ *def)
     return v;
 }
 
+/* numpy made its ContextVar before capsan started (import capsan after
+ * numpy): recognise it by name at its first Set. GIL held. */
+static int is_numpy_allocator_var(PyObject_ *var)
+{
+    if (numpy_allocator_var)
+        return var == numpy_allocator_var;
+    static PyObject_ *(*getattr)(PyObject_ *, const char *);
+    if (!getattr)
+        *(void **)&getattr = dlsym(RTLD_DEFAULT, "PyObject_GetAttrString");
+    if (!getattr || !var)
+        return 0;
+    PyObject_ *t, *v, *tb;
+    cs_py.Err_Fetch(&t, &v, &tb);
+    PyObject_ *name = getattr(var, "name");
+    const char *s = name ? cs_py.Unicode_AsUTF8(name) : NULL;
+    int match = s && !strcmp(s, "current_allocator");
+    if (name)
+        cs_py.DecRef(name);
+    cs_py.Err_Restore(t, v, tb); /* a pending exception survives (R5) */
+    if (match)
+        numpy_allocator_var = var;
+    return match;
+}
+
 static int hook_cv_set(PyObject_ *var, PyObject_ *value)
 {
-    if (var && var == numpy_allocator_var && value && cs_recording) {
+    if (var && value && cs_recording && is_numpy_allocator_var(var)) {
         /* PyDataMem_SetHandler: check the handler before numpy uses it;
          * numpy 1.24 takes a misnamed capsule and fails later (R27) */
         const char *name = cs_py.Capsule_GetName(value);
