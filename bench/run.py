@@ -11,6 +11,7 @@ allocator_cost(): ns per np.empty(64) under numpy's default handler, a ctypes
 handler and a Python-callable one made with capsan.allocator().
 BENCH_ONLY=allocator runs only that; BENCH_ALLOCS sets the count."""
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -24,11 +25,26 @@ REPEAT = int(os.environ.get("BENCH_REPEAT", "5"))
 
 
 def timed(argv, env, inner):
-    """Wall time of the process, or the time the workload printed."""
+    """(wall, cpu) seconds: of the whole process, or (inner) of the loop the
+    workload timed itself and printed as "wall cpu" on its last line."""
+    r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     out = subprocess.run(argv, env=env, check=True, stdout=subprocess.PIPE, text=True).stdout
     wall = time.perf_counter() - t0
-    return float(out.strip().splitlines()[-1]) if inner else wall
+    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if inner:
+        w, c = out.strip().splitlines()[-1].split()
+        return float(w), float(c)
+    return wall, (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
+
+
+def ratios(times, name, base):
+    """Median wall and CPU time of a configuration, and their ratios to base."""
+    w = statistics.median(t[0] for t in times[name])
+    c = statistics.median(t[1] for t in times[name])
+    bw = statistics.median(t[0] for t in times[base])
+    bc = statistics.median(t[1] for t in times[base])
+    return w, c, w / bw, c / bc
 
 
 def measure(label, argv, configs, inner=False):
@@ -41,12 +57,12 @@ def measure(label, argv, configs, inner=False):
                 env["LD_PRELOAD"] = LIB
                 env["CAPSAN_OPTIONS"] = f"log_path={tmp}/t:" + opts
             times[name].append(timed(argv, env, inner))
-    base = statistics.median(times["plain"])
-    what = "loop time" if inner else "wall time"
-    print(f"{label}: plain {base:.3f}s {what} (median of {REPEAT})")
+    w, c, _, _ = ratios(times, "plain", "plain")
+    what = "loop" if inner else "process"
+    print(f"{label}: plain {what} {w:.3f}s wall, {c:.3f}s CPU (medians of {REPEAT})")
     for name, _ in configs[1:]:
-        m = statistics.median(times[name])
-        print(f"  {name:32s} {m:.3f}s  ratio {m / base:.2f}x")
+        w, c, rw, rc = ratios(times, name, "plain")
+        print(f"  {name:32s} {w:.3f}s wall  ratio {rw:.2f}x | {c:.3f}s CPU  ratio {rc:.2f}x")
     subprocess.run(["rm", "-rf", tmp])
 
 
@@ -193,14 +209,14 @@ def numpy_alloc():
                 times[name].append(timed([PY, *xopts, script, n], env, True))
     finally:
         subprocess.run(["rm", "-rf", tmp])
-    base = statistics.median(times["plain"])
-    print(f"W1 NumPy array creations ({n}, mixed sizes, temporaries): plain {base:.3f}s "
-          f"loop time (median of {REPEAT})")
+    w, c, _, _ = ratios(times, "plain", "plain")
+    print(f"W1 NumPy array creations ({n}, mixed sizes, temporaries): plain loop {w:.3f}s wall, "
+          f"{c:.3f}s CPU (medians of {REPEAT})")
     ratio = {}
     for name, _, _ in configs[1:]:
-        m = statistics.median(times[name])
-        ratio[name] = m / base
-        print(f"  {name:32s} {m:.3f}s  ratio {m / base:.2f}x")
+        w, c, rw, rc = ratios(times, name, "plain")
+        ratio[name] = rc
+        print(f"  {name:32s} {w:.3f}s wall  ratio {rw:.2f}x | {c:.3f}s CPU  ratio {rc:.2f}x")
     tm1 = ratio["python3 -X tracemalloc=1"]
     cs = ratio["capsan, native+python stacks"]
     verdict = "met" if cs <= tm1 / 2 else "NOT met"

@@ -3,6 +3,7 @@
  * console error (the Chromium test looks for those). Plots and timelines
  * are SVG written here, so the page reads without JavaScript too. */
 #include "html.h"
+#include "utf8.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -84,37 +85,6 @@ static char *xprintf(const char *fmt, ...)
     return s;
 }
 
-/* Length of the valid UTF-8 sequence at s (at most avail bytes), 0 if not. */
-static size_t utf8_len(const unsigned char *s, size_t avail)
-{
-    unsigned c = s[0];
-    size_t need;
-    unsigned lo = 0x80, hi = 0xBF;
-    if (c < 0x80)
-        return 1;
-    if (c >= 0xC2 && c <= 0xDF)
-        need = 2;
-    else if (c >= 0xE0 && c <= 0xEF) {
-        need = 3;
-        if (c == 0xE0)
-            lo = 0xA0;
-        if (c == 0xED)
-            hi = 0x9F;
-    } else if (c >= 0xF0 && c <= 0xF4) {
-        need = 4;
-        if (c == 0xF0)
-            lo = 0x90;
-        if (c == 0xF4)
-            hi = 0x8F;
-    } else
-        return 0;
-    if (avail < need || s[1] < lo || s[1] > hi)
-        return 0;
-    for (size_t i = 2; i < need; i++)
-        if ((s[i] & 0xC0) != 0x80)
-            return 0;
-    return need;
-}
 
 void cs_html_text(FILE *out, const char *str)
 {
@@ -135,7 +105,7 @@ void cs_html_text(FILE *out, const char *str)
             if (c < 0x20 || c == 0x7f) {
                 /* visible, and never a parse error */
                 fprintf(out, "\\x%02x", c);
-            } else if ((n = utf8_len(s, left)) == 0) {
+            } else if ((n = cs_utf8_len(s, left)) == 0) {
                 fputs("\xef\xbf\xbd", out);  /* U+FFFD */
                 n = 1;
             } else {

@@ -3,6 +3,7 @@
  * added but none renamed. Unknown strings are "" and unknown lines 0, so
  * that consumers can treat every field as always present. */
 #include "json.h"
+#include "utf8.h"
 
 #include <string.h>
 
@@ -30,37 +31,6 @@ static void jput(jbuf *j, const char *s, size_t n)
     j->n += n;
 }
 
-/* Length of the valid UTF-8 sequence at s (at most avail bytes), 0 if not. */
-static size_t utf8_len(const unsigned char *s, size_t avail)
-{
-    unsigned c = s[0];
-    size_t need;
-    unsigned lo = 0x80, hi = 0xBF;  /* allowed range of the second byte */
-    if (c < 0x80)
-        return 1;
-    if (c >= 0xC2 && c <= 0xDF)
-        need = 2;
-    else if (c >= 0xE0 && c <= 0xEF) {
-        need = 3;
-        if (c == 0xE0)
-            lo = 0xA0;              /* no overlong forms */
-        if (c == 0xED)
-            hi = 0x9F;              /* no UTF-16 surrogates */
-    } else if (c >= 0xF0 && c <= 0xF4) {
-        need = 4;
-        if (c == 0xF0)
-            lo = 0x90;
-        if (c == 0xF4)
-            hi = 0x8F;              /* nothing above U+10FFFF */
-    } else
-        return 0;
-    if (avail < need || s[1] < lo || s[1] > hi)
-        return 0;
-    for (size_t i = 2; i < need; i++)
-        if ((s[i] & 0xC0) != 0x80)
-            return 0;
-    return need;
-}
 
 void cs_json_string(cs_out *o, const char *str)
 {
@@ -88,7 +58,7 @@ void cs_json_string(cs_out *o, const char *str)
             char e[6] = { '\\', 'u', '0', '0', hex[c >> 4], hex[c & 15] };
             jput(&j, e, 6);
         } else {
-            size_t n = utf8_len(s, left);
+            size_t n = cs_utf8_len(s, left);
             if (n == 0) {
                 jput(&j, "\\ufffd", 6);
                 n = 1;

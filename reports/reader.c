@@ -4,6 +4,7 @@
  * scan with a message naming its offset, and everything before it stays
  * usable (a report from a damaged trace beats no report). */
 #include "reader.h"
+#include "util.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -61,24 +62,9 @@ struct cs_trace_priv {
 
 /* ---- small helpers --------------------------------------------------- */
 
-static void *xrealloc(void *p, size_t n)
-{
-    void *q = realloc(p, n ? n : 1);
-    if (!q) {
-        /* the report tool cannot do anything useful without memory */
-        fputs("capsan: out of memory\n", stderr);
-        exit(1);
-    }
-    return q;
-}
 
-static char *xstrndup(const char *s, size_t n)
-{
-    char *d = xrealloc(NULL, n + 1);
-    memcpy(d, s, n);
-    d[n] = 0;
-    return d;
-}
+
+
 
 static uint32_t hash32(uint32_t x)
 {
@@ -129,7 +115,7 @@ static void frames_put(struct cs_trace_priv *p, uint32_t id, uint32_t parent, ui
 {
     if ((p->frames_n + 1) * 2 > p->frames_cap) {
         size_t ncap = p->frames_cap ? p->frames_cap * 2 : 1024;
-        frame_slot *n = xrealloc(NULL, ncap * sizeof *n);
+        frame_slot *n = cs_xrealloc(NULL, ncap * sizeof *n);
         memset(n, 0, ncap * sizeof *n);
         for (size_t i = 0; i < p->frames_cap; i++) {
             if (!p->frames[i].id)
@@ -179,7 +165,7 @@ static void codes_put(struct cs_trace_priv *p, uint32_t id, uint32_t firstlineno
 {
     if ((p->ncodes + 1) * 2 > p->code_index_cap) {
         size_t ncap = p->code_index_cap ? p->code_index_cap * 2 : 256;
-        code_slot *n = xrealloc(NULL, ncap * sizeof *n);
+        code_slot *n = cs_xrealloc(NULL, ncap * sizeof *n);
         memset(n, 0, ncap * sizeof *n);
         for (size_t i = 0; i < p->code_index_cap; i++)
             if (p->code_index[i].index_plus1)
@@ -197,7 +183,7 @@ static void codes_put(struct cs_trace_priv *p, uint32_t id, uint32_t firstlineno
     } else {
         if (p->ncodes == p->codes_cap) {
             p->codes_cap = p->codes_cap ? p->codes_cap * 2 : 256;
-            p->codes = xrealloc(p->codes, p->codes_cap * sizeof *p->codes);
+            p->codes = cs_xrealloc(p->codes, p->codes_cap * sizeof *p->codes);
         }
         c = &p->codes[p->ncodes++];
         s->id = id;
@@ -205,8 +191,8 @@ static void codes_put(struct cs_trace_priv *p, uint32_t id, uint32_t firstlineno
     }
     c->id = id;
     c->firstlineno = firstlineno;
-    c->file = xstrndup(file, flen);
-    c->name = xstrndup(name, nlen);
+    c->file = cs_xstrndup(file, flen);
+    c->name = cs_xstrndup(name, nlen);
 }
 
 const cs_code_rec *cs_trace_code(const cs_trace *t, uint32_t code_id)
@@ -268,7 +254,7 @@ static void store_finding(void *ud, const cs_finding *f)
     if (p->fmem_n < FMEM_MAX) {
         if (p->fmem_n == p->fmem_cap) {
             p->fmem_cap = p->fmem_cap ? p->fmem_cap * 2 : 16;
-            p->fmem = xrealloc(p->fmem, p->fmem_cap * sizeof *p->fmem);
+            p->fmem = cs_xrealloc(p->fmem, p->fmem_cap * sizeof *p->fmem);
         }
         p->fmem[p->fmem_n++] = *f;
         return;
@@ -349,7 +335,7 @@ static void counts_push(cs_trace *t, const cs_rec_counts *c)
         p->counts_cap = p->counts_cap ? p->counts_cap * 2 : 64;
         if (p->counts_cap > CS_COUNTS_MAX)
             p->counts_cap = CS_COUNTS_MAX;
-        t->counts = xrealloc(t->counts, p->counts_cap * sizeof *t->counts);
+        t->counts = cs_xrealloc(t->counts, p->counts_cap * sizeof *t->counts);
     }
     t->counts[t->ncounts++] = *c;
 }
@@ -429,7 +415,7 @@ static void apply_options(cs_trace *t)
     free(t->opt_suppressions);
     t->opt_suppressions = NULL;
     if ((v = option_value(t->options, "suppressions", &n)) && n)
-        t->opt_suppressions = xstrndup(v, n);
+        t->opt_suppressions = cs_xstrndup(v, n);
     t->opt_max_findings = -1;
     if ((v = option_value(t->options, "max_findings", &n)) && n && n < 20) {
         char buf[24];
@@ -467,7 +453,7 @@ static const char *parse_process(cs_trace *t, const uint8_t *p, size_t n)
     n -= sizeof h;
     if (h.argc > n)                 /* each string takes at least its NUL */
         return "PROCESS argc larger than the record";
-    char **argv = xrealloc(NULL, ((size_t)h.argc + 1) * sizeof *argv);
+    char **argv = cs_xrealloc(NULL, ((size_t)h.argc + 1) * sizeof *argv);
     size_t k = 0;
     const char *why = NULL;
     for (; k < h.argc; k++) {
@@ -476,7 +462,7 @@ static const char *parse_process(cs_trace *t, const uint8_t *p, size_t n)
             why = "PROCESS argv string not terminated inside the record";
             break;
         }
-        argv[k] = xstrndup((const char *)p, (size_t)len);
+        argv[k] = cs_xstrndup((const char *)p, (size_t)len);
         p += len + 1;
         n -= (size_t)len + 1;
     }
@@ -486,7 +472,7 @@ static const char *parse_process(cs_trace *t, const uint8_t *p, size_t n)
         if (len < 0)
             why = "PROCESS exe path not terminated inside the record";
         else
-            exe = xstrndup((const char *)p, (size_t)len);
+            exe = cs_xstrndup((const char *)p, (size_t)len);
     }
     if (why) {
         for (size_t i = 0; i < k; i++)
@@ -525,7 +511,7 @@ static const char *parse_module(cs_trace *t, const uint8_t *p, size_t n, uint64_
     struct cs_trace_priv *pr = t->priv;
     if (t->nmodules == pr->modules_cap) {
         pr->modules_cap = pr->modules_cap ? pr->modules_cap * 2 : 64;
-        t->modules = xrealloc(t->modules, pr->modules_cap * sizeof *t->modules);
+        t->modules = cs_xrealloc(t->modules, pr->modules_cap * sizeof *t->modules);
     }
     cs_module_rec *m = &t->modules[t->nmodules++];
     m->base = h.base;
@@ -534,11 +520,11 @@ static const char *parse_module(cs_trace *t, const uint8_t *p, size_t n, uint64_
     m->build_id_len = h.build_id_len;
     m->build_id = NULL;
     if (h.build_id_len) {
-        m->build_id = xrealloc(NULL, h.build_id_len);
+        m->build_id = cs_xrealloc(NULL, h.build_id_len);
         memcpy(m->build_id, p, h.build_id_len);
     }
     /* a path may hold an embedded NUL in a damaged record: stop there */
-    m->path = xstrndup((const char *)p + h.build_id_len,
+    m->path = cs_xstrndup((const char *)p + h.build_id_len,
                        strnlen((const char *)p + h.build_id_len, h.path_len));
     m->offset = off;
     return NULL;
@@ -574,12 +560,12 @@ static const char *parse_thread(cs_trace *t, const uint8_t *p, size_t n)
     struct cs_trace_priv *pr = t->priv;
     if (t->nthreads == pr->threads_cap) {
         pr->threads_cap = pr->threads_cap ? pr->threads_cap * 2 : 16;
-        t->threads = xrealloc(t->threads, pr->threads_cap * sizeof *t->threads);
+        t->threads = cs_xrealloc(t->threads, pr->threads_cap * sizeof *t->threads);
     }
     cs_thread_rec *th = &t->threads[t->nthreads++];
     th->thread = h.thread;
     th->os_tid = h.os_tid;
-    th->name = xstrndup((const char *)p + sizeof h, (size_t)len);
+    th->name = cs_xstrndup((const char *)p + sizeof h, (size_t)len);
     return NULL;
 }
 
@@ -629,7 +615,7 @@ static const char *parse_record(cs_trace *t, unsigned type, const uint8_t *p,
         if (len < 0)
             return "OPTIONS string not terminated inside the record";
         free(t->options);
-        t->options = xstrndup((const char *)p, (size_t)len);
+        t->options = cs_xstrndup((const char *)p, (size_t)len);
         apply_options(t);
         return NULL;
     }
@@ -819,14 +805,14 @@ cs_trace *cs_trace_open(const char *path, char *err, size_t errlen)
         return NULL;
     }
 
-    cs_trace *t = xrealloc(NULL, sizeof *t);
+    cs_trace *t = cs_xrealloc(NULL, sizeof *t);
     memset(t, 0, sizeof *t);
-    t->priv = xrealloc(NULL, sizeof *t->priv);
+    t->priv = cs_xrealloc(NULL, sizeof *t->priv);
     memset(t->priv, 0, sizeof *t->priv);
     struct cs_trace_priv *p = t->priv;
     p->map = map;
     p->size = size;
-    t->path = xstrndup(path, strlen(path));
+    t->path = cs_xstrndup(path, strlen(path));
     t->hdr = h;
     t->opt_max_findings = -1;
     t->counts_stride = 1;

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "util.h"
 #include "html.h"
 #include "json.h"
 #include "reader.h"
@@ -73,25 +74,9 @@ typedef struct report_ctx {
     unsigned gen_findings, gen_unnamed;
 } report_ctx;
 
-static void *xcalloc(size_t n, size_t size)
-{
-    void *p = calloc(n ? n : 1, size ? size : 1);
-    if (!p) {
-        fputs("capsan: out of memory\n", stderr);
-        exit(1);
-    }
-    return p;
-}
 
-static uint64_t hash64(uint64_t x)
-{
-    x ^= x >> 33;
-    x *= 0xff51afd7ed558ccdull;
-    x ^= x >> 33;
-    x *= 0xc4ceb9fe1a85ec53ull;
-    x ^= x >> 33;
-    return x;
-}
+
+
 
 static uint64_t hash_str(const char *s)
 {
@@ -128,7 +113,7 @@ static int src_code(void *ud, uint32_t code_id, const char **file, const char **
 static uint64_t group_key(const cs_finding *f)
 {
     const cs_event *e = f->nevents ? &f->events[0] : NULL;
-    return hash64(((uint64_t)f->kind << 40) ^ ((uint64_t)(e ? e->kind : 0) << 32) ^
+    return cs_hash64(((uint64_t)f->kind << 40) ^ ((uint64_t)(e ? e->kind : 0) << 32) ^
                   (e ? e->stack : 0));
 }
 
@@ -142,7 +127,7 @@ static void group_add(report_ctx *c, const cs_finding *f)
 {
     if ((c->gn + 1) * 2 > c->gcap) {
         size_t ncap = c->gcap ? c->gcap * 2 : 64;
-        group *n = xcalloc(ncap, sizeof *n);
+        group *n = cs_xcalloc(ncap, sizeof *n);
         for (size_t i = 0; i < c->gcap; i++) {
             if (!c->groups[i].used)
                 continue;
@@ -188,7 +173,7 @@ static void groups_render(report_ctx *c)
 {
     if (!c->gn)
         return;
-    group **v = xcalloc(c->gn, sizeof *v);
+    group **v = cs_xcalloc(c->gn, sizeof *v);
     size_t n = 0;
     for (size_t i = 0; i < c->gcap; i++)
         if (c->groups[i].used)
@@ -214,7 +199,7 @@ static int line_add(report_ctx *c, const char *line)
 {
     if ((c->ln + 1) * 2 > c->lcap) {
         size_t ncap = c->lcap ? c->lcap * 2 : 64;
-        char **n = xcalloc(ncap, sizeof *n);
+        char **n = cs_xcalloc(ncap, sizeof *n);
         for (size_t i = 0; i < c->lcap; i++) {
             if (!c->lines[i])
                 continue;
@@ -355,16 +340,16 @@ static size_t *tree_order(entry *e, size_t n)
             if (may_parent(&e[j], &e[i]) && (e[i].parent < 0 || before(&e[e[i].parent], &e[j])))
                 e[i].parent = (long)j;
     }
-    entry **ptrs = xcalloc(n, sizeof *ptrs);
+    entry **ptrs = cs_xcalloc(n, sizeof *ptrs);
     for (size_t i = 0; i < n; i++)
         ptrs[i] = &e[i];
     g_sort_entries = ptrs;
-    size_t *order = xcalloc(n, sizeof *order), *idx = xcalloc(n, sizeof *idx);
+    size_t *order = cs_xcalloc(n, sizeof *order), *idx = cs_xcalloc(n, sizeof *idx);
     for (size_t i = 0; i < n; i++)
         idx[i] = i;
     qsort(idx, n, sizeof *idx, child_cmp);
-    char *seen = xcalloc(n, 1);
-    size_t *stack = xcalloc(n, sizeof *stack), sp = 0, k = 0;
+    char *seen = cs_xcalloc(n, 1);
+    size_t *stack = cs_xcalloc(n, sizeof *stack), sp = 0, k = 0;
     for (int pass = 0; pass < 2; pass++) {
         for (size_t r = 0; r < n; r++) {
             size_t root = idx[r];
@@ -680,7 +665,7 @@ int cs_cmd_report(int argc, char **argv)
     int format = FMT_TEXT, gen = 0;
     long max_flag = -1;
     const char *outpath = NULL, *supppath = NULL;
-    entry *ents = xcalloc((size_t)argc + 1, sizeof *ents);
+    entry *ents = cs_xcalloc((size_t)argc + 1, sizeof *ents);
     size_t n = 0;
     int rest = 0;
     for (int i = 0; i < argc; i++) {

@@ -8,6 +8,7 @@
  * once. A module loaded at another bias is looked up at the first one's,
  * shifted by the difference. */
 #include "symbolize.h"
+#include "util.h"
 
 #include <dlfcn.h>
 #include <elfutils/libdw.h>
@@ -68,15 +69,7 @@ struct cs_symbolizer {
     char *(*demangle)(const char *, char *, size_t *, int *);
 };
 
-static void *xrealloc(void *p, size_t n)
-{
-    void *q = realloc(p, n ? n : 1);
-    if (!q) {
-        fputs("capsan: out of memory\n", stderr);
-        exit(1);
-    }
-    return q;
-}
+
 
 static uint64_t hash_bytes(const char *s, size_t n)
 {
@@ -86,15 +79,7 @@ static uint64_t hash_bytes(const char *s, size_t n)
     return h;
 }
 
-static uint64_t hash64(uint64_t x)
-{
-    x ^= x >> 33;
-    x *= 0xff51afd7ed558ccdull;
-    x ^= x >> 33;
-    x *= 0xc4ceb9fe1a85ec53ull;
-    x ^= x >> 33;
-    return x;
-}
+
 
 static const char *intern(cs_symbolizer *s, const char *str)
 {
@@ -103,7 +88,7 @@ static const char *intern(cs_symbolizer *s, const char *str)
     size_t len = strlen(str);
     if ((s->strs_n + 1) * 2 > s->strs_cap) {
         size_t ncap = s->strs_cap ? s->strs_cap * 2 : 256;
-        char **n = xrealloc(NULL, ncap * sizeof *n);
+        char **n = cs_xrealloc(NULL, ncap * sizeof *n);
         memset(n, 0, ncap * sizeof *n);
         for (size_t i = 0; i < s->strs_cap; i++) {
             if (!s->strs[i])
@@ -123,7 +108,7 @@ static const char *intern(cs_symbolizer *s, const char *str)
             return s->strs[j];
         j = (j + 1) & (s->strs_cap - 1);
     }
-    s->strs[j] = xrealloc(NULL, len + 1);
+    s->strs[j] = cs_xrealloc(NULL, len + 1);
     memcpy(s->strs[j], str, len + 1);
     s->strs_n++;
     return s->strs[j];
@@ -158,10 +143,10 @@ static const char *pretty_name(cs_symbolizer *s, const char *name)
 
 cs_symbolizer *cs_sym_create(const cs_module_rec *modules, size_t nmodules, const char *exe)
 {
-    cs_symbolizer *s = xrealloc(NULL, sizeof *s);
+    cs_symbolizer *s = cs_xrealloc(NULL, sizeof *s);
     memset(s, 0, sizeof *s);
     s->nmods = nmodules;
-    s->mods = xrealloc(NULL, (nmodules ? nmodules : 1) * sizeof *s->mods);
+    s->mods = cs_xrealloc(NULL, (nmodules ? nmodules : 1) * sizeof *s->mods);
     memset(s->mods, 0, (nmodules ? nmodules : 1) * sizeof *s->mods);
     s->exe = exe && *exe ? intern(s, exe) : NULL;
     for (size_t i = 0; i < nmodules; i++) {
@@ -249,15 +234,15 @@ static int open_module(sym_mod *m)
     if (!sm) {
         if (nshared == shared_cap) {
             shared_cap = shared_cap ? shared_cap * 2 : 64;
-            shared = xrealloc(shared, shared_cap * sizeof *shared);
+            shared = cs_xrealloc(shared, shared_cap * sizeof *shared);
         }
         sm = &shared[nshared++];
         memset(sm, 0, sizeof *sm);
-        sm->path = xrealloc(NULL, strlen(m->path) + 1);
+        sm->path = cs_xrealloc(NULL, strlen(m->path) + 1);
         strcpy(sm->path, m->path);
         sm->build_id_len = r->build_id_len;
         if (r->build_id_len) {
-            sm->build_id = xrealloc(NULL, r->build_id_len);
+            sm->build_id = cs_xrealloc(NULL, r->build_id_len);
             memcpy(sm->build_id, r->build_id, r->build_id_len);
         }
         sm->base = r->base;
@@ -453,12 +438,12 @@ int cs_sym_native(cs_symbolizer *s, uint64_t ip, cs_frame_info *out, int max)
         return 0;
     if ((s->cache_n + 1) * 2 > s->cache_cap) {
         size_t ncap = s->cache_cap ? s->cache_cap * 2 : 1024;
-        cache_ent *n = xrealloc(NULL, ncap * sizeof *n);
+        cache_ent *n = cs_xrealloc(NULL, ncap * sizeof *n);
         memset(n, 0, ncap * sizeof *n);
         for (size_t i = 0; i < s->cache_cap; i++) {
             if (!s->cache[i].used)
                 continue;
-            size_t j = hash64(s->cache[i].ip) & (ncap - 1);
+            size_t j = cs_hash64(s->cache[i].ip) & (ncap - 1);
             while (n[j].used)
                 j = (j + 1) & (ncap - 1);
             n[j] = s->cache[i];
@@ -467,7 +452,7 @@ int cs_sym_native(cs_symbolizer *s, uint64_t ip, cs_frame_info *out, int max)
         s->cache = n;
         s->cache_cap = ncap;
     }
-    size_t j = hash64(ip) & (s->cache_cap - 1);
+    size_t j = cs_hash64(ip) & (s->cache_cap - 1);
     while (s->cache[j].used && s->cache[j].ip != ip)
         j = (j + 1) & (s->cache_cap - 1);
     cache_ent *e = &s->cache[j];
@@ -478,7 +463,7 @@ int cs_sym_native(cs_symbolizer *s, uint64_t ip, cs_frame_info *out, int max)
             s->pool_cap = s->pool_cap ? s->pool_cap * 2 : 1024;
             while (s->pool_n + (size_t)n > s->pool_cap)
                 s->pool_cap *= 2;
-            s->pool = xrealloc(s->pool, s->pool_cap * sizeof *s->pool);
+            s->pool = cs_xrealloc(s->pool, s->pool_cap * sizeof *s->pool);
         }
         memcpy(s->pool + s->pool_n, tmp, (size_t)n * sizeof *tmp);
         e->ip = ip;
