@@ -748,6 +748,8 @@ int cs_lc_finish(cs_lifecycle *lc, int how)
                 continue;
             if (o->ns == CS_NS_NUMPY && kept_at_shutdown(lc, o->key))
                 continue; /* referenced by a consumer alive at shutdown */
+            if (o->ns == CS_NS_NUMPY && o->nhist && (o->hist[0].flags & CS_EVF_IMPORT))
+                continue; /* module data, made by an import: referenced at shutdown */
             o->flags |= OF_LEAK_REPORTED;
             if (o->ns == CS_NS_NUMPY) {
                 report(lc, NULL, CS_KIND_NUMPY_LEAK, o, NULL, 0, 0);

@@ -234,7 +234,9 @@ static int hook_untrack(unsigned int domain, uintptr_t ptr)
         cs_check_gil(__builtin_return_address(0), CS_NOGIL_HANDLER);
         cs_event ev = {.kind = CS_EV_NP_FREE, .obj = ptr, .b = (uint64_t)(uintptr_t)cur_cap,
                        .c = (uint64_t)(uintptr_t)cur_handler, .extra = staleness(cur_handler)};
-        cs_emit(&ev, 1, NULL, NULL);
+        /* a free's native frames are numpy's own dealloc path; where the
+         * array died is the Python line */
+        cs_emit(&ev, CS_STACK_PYTHON, NULL, NULL);
     }
     return real_untrack(domain, ptr);
 }

@@ -93,8 +93,11 @@ unsigned cs_emit(cs_event *ev, int want_stack, cs_event *origin, int *found)
         ev->flags |= CS_EVF_GIL;
     if (!live)
         ev->flags |= CS_EVF_NO_PYTHON;
-    if (want_stack)
-        ev->stack = cs_stack_capture(t, gil);
+    if (want_stack) {
+        ev->stack = cs_stack_capture(t, gil, want_stack == CS_STACK_PYTHON, ev->kind);
+        if (t->importing)
+            ev->flags |= CS_EVF_IMPORT;
+    }
     else
         cs_stack_ensure(ev->stack);
     cs_lc_lock(cs_lc, ev->obj);

@@ -19,6 +19,8 @@ extern volatile int cs_recording;
  * verdict. Returns the lifecycle verdict with CS_VERDICT_SKIP only when
  * protect=1. ev->stack is filled in. */
 unsigned cs_emit(cs_event *ev, int want_stack, cs_event *export_out, int *found);
+/* want_stack: 0 none (reuse ev->stack), 1 native and Python, or: */
+#define CS_STACK_PYTHON 2 /* Python frames only while the GIL is held */
 
 /* A Python-facing call at `site` (a return address) by a thread without
  * the GIL: reported once per site (CS_NOGIL_*). Cheap when the GIL is held. */

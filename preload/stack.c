@@ -88,6 +88,7 @@ void cs_stack_flush(void)
 typedef struct code_info {
     const char *file, *name;
     uint32_t firstlineno;
+    int importlib; /* the import machinery itself: frames below run an import */
     _Atomic uint32_t gen;  /* trace generation it was written in */
 } code_info;
 
@@ -211,6 +212,7 @@ static uint32_t code_intern_locked(PyCodeObject *co)
     c->file = utf8_copy(co->co_filename);
     c->name = utf8_copy(co->co_qualname);
     c->firstlineno = (uint32_t)co->co_firstlineno;
+    c->importlib = strncmp(c->file, "<frozen importlib", 17) == 0;
     cs_py.Err_Restore(et, ev, tb);
     /* the code object must outlive its id: a reused address would name a
      * different function */
@@ -244,6 +246,7 @@ int cs_stack_code(uint32_t id, const char **file, const char **name)
 typedef struct centry {
     uint64_t hash;
     uint32_t id, n;
+    int importing;
     uint64_t vals[CMAXF];
 } centry;
 
@@ -251,13 +254,14 @@ typedef struct cs_stack_cache {
     centry e[CSETS][CWAYS];
     uint8_t victim[CSETS];
     struct { const void *code; int lasti; int line; uint32_t code_id; } lines[LSETS];
+    uint8_t eval_depth[32]; /* per site: raw frames up to the eval loop, learned */
 } cs_stack_cache;
 
 void cs_stack_cache_free(cs_stack_cache *c) { free(c); }
 
 /* gil == 0: this thread released the GIL inside C code; its own frame
  * chain cannot change meanwhile, but nothing may be interned */
-static int python_frames(cs_stack_cache *c, uint64_t *out, int max, int gil)
+static int python_frames(cs_stack_cache *c, uint64_t *out, int max, int gil, int *importing)
 {
     if (!cs_py.frames_311 || max <= 0)
         return 0;
@@ -288,6 +292,8 @@ static int python_frames(cs_stack_cache *c, uint64_t *out, int max, int gil)
             c->lines[slot].line = line;
             c->lines[slot].code_id = id;
         }
+        if (code_at(id)->importlib)
+            *importing = 1;
         out[n++] = CS_FRAME_PY_VALUE(id, line < 0 ? 0 : line, f->is_entry);
     }
     return n;
@@ -414,9 +420,10 @@ int cs_stack_raw(uint32_t id, uint64_t *vals, int max)
     return n;
 }
 
-uint32_t cs_stack_capture(cs_thread *t, int gil)
+uint32_t cs_stack_capture(cs_thread *t, int gil, int python_only, unsigned site)
 {
-    int nd = (int)cs_opt.native_depth, pd = (int)cs_opt.python_depth;
+    int nd = gil && python_only && cs_opt.python_depth > 0 ? 0 : (int)cs_opt.native_depth;
+    int pd = (int)cs_opt.python_depth;
     if (nd > 128)
         nd = 128;
     if (pd > 128)
@@ -431,21 +438,36 @@ uint32_t cs_stack_capture(cs_thread *t, int gil)
         void *ips[128 + 16];
         /* capsan's own frames (hook, emit, capture) sit on top */
         enum { SELF = 3 };
-        int got = unw_bt(ips, nd + SELF), cut = -1;
+        int full = nd + SELF, cut = -1;
+        uint8_t *hint = &t->cache->eval_depth[site & 31];
+        /* libunwind walks as many frames as asked: ask for about as many
+         * as it took to reach the eval loop from here last time */
+        int want = gil && eval_hi && *hint && *hint < full ? *hint : full;
+        int got = unw_bt(ips, want);
+        for (int pass = 0; pass < 2; pass++) {
+            if (gil && eval_hi)
+                for (int i = 0; i < got; i++)
+                    if ((uintptr_t)ips[i] >= eval_lo && (uintptr_t)ips[i] < eval_hi) {
+                        cut = i;
+                        break;
+                    }
+            if (cut >= 0 || want == full || got < want)
+                break;
+            want = full; /* deeper this time: the whole walk */
+            got = unw_bt(ips, want);
+        }
         if (gil && eval_hi)
-            for (int i = 0; i < got; i++)
-                if ((uintptr_t)ips[i] >= eval_lo && (uintptr_t)ips[i] < eval_hi) {
-                    cut = i;
-                    break;
-                }
+            *hint = (uint8_t)(cut >= 0 ? (cut + 1 > *hint ? cut + 1 : *hint) : full);
         if (cut >= 0)
             got = cut + 1; /* keep the eval frame: the Python frames go there */
         for (int i = 0; i < got && n < nd; i++)
             if ((uintptr_t)ips[i] < self_lo || (uintptr_t)ips[i] >= self_hi)
                 vals[n++] = (uint64_t)(uintptr_t)ips[i] & ~CS_FRAME_PY;
     }
+    int importing = 0;
     if (pd > 0 && (gil || cs_py.IsInitialized()))
-        n += python_frames(t->cache, vals + n, pd, gil);
+        n += python_frames(t->cache, vals + n, pd, gil, &importing);
+    t->importing = importing;
     if (n == 0)
         return 0;
     uint64_t h = 0x12345;
@@ -458,6 +480,7 @@ uint32_t cs_stack_capture(cs_thread *t, int gil)
             if (e->hash == h && e->n == (uint32_t)n &&
                 memcmp(e->vals, vals, (size_t)n * sizeof vals[0]) == 0) {
                 cs_stack_ensure(e->id);
+                t->importing = e->importing;
                 return e->id;
             }
         }
@@ -467,6 +490,7 @@ uint32_t cs_stack_capture(cs_thread *t, int gil)
         e->hash = h;
         e->n = (uint32_t)n;
         e->id = id;
+        e->importing = importing;
         memcpy(e->vals, vals, (size_t)n * sizeof vals[0]);
         return id;
     }

@@ -11,9 +11,12 @@ struct cs_stack_cache;
 
 /* Load libunwind privately; `self` is any address inside libcapsan.so. */
 void cs_stack_init(const void *self);
-/* Capture this thread's stack now (Python frames only if `gil`). Returns
- * the leaf id (0 when stacks are off), its records already in the trace. */
-uint32_t cs_stack_capture(cs_thread *t, int gil);
+/* Capture this thread's stack now. With `python_only` and the GIL held,
+ * no native frames (the Python line is what tells). Returns the leaf id
+ * (0 when stacks are off), its records already in the trace. */
+uint32_t cs_stack_capture(cs_thread *t, int gil, int python_only, unsigned site);
+/* `site` (< 32, the event kind) keys how deep the eval loop was last time
+ * on this thread, so unwinding can stop about there. */
 /* Make sure a stack id captured earlier is in the current trace file (a
  * forked child's new file starts without the parent's stacks). */
 void cs_stack_ensure(uint32_t id);

@@ -14,6 +14,7 @@ typedef struct cs_thread {
     int busy;               /* inside capsan: hooks pass straight through */
     void *dtor_capsule;     /* capsule whose destructor runs on this thread */
     struct cs_stack_cache *cache;
+    int importing;          /* the last captured stack ran inside an import */
 } cs_thread;
 
 /* This thread's state, created on first use; NULL if out of memory. */

@@ -179,6 +179,7 @@ enum cs_name_state { CS_NAME_UNCONSUMED = 0, CS_NAME_USED = 1, CS_NAME_OTHER = 2
 #define CS_EVF_IN_DTOR 0x08     /* DELETE from inside a capsule destructor (a) */
 #define CS_EVF_OFFSET_IGNORED 0x10 /* CONSUME by a consumer that ignores byte_offset (b) */
 #define CS_EVF_NO_PYTHON 0x20   /* Py_IsInitialized() was false */
+#define CS_EVF_IMPORT 0x40      /* made while a module was being imported (module data) */
 
 /* CS_EV_BAD_TENSOR detail codes (extra) */
 enum cs_bad {

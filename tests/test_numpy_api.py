@@ -2,16 +2,15 @@
 of the process (never a second copy), and capsan.trace() / Trace /
 Finding behave as DESIGN.md's user contract says. Each case runs in its own
 interpreter (the runtime patches the process it lives in)."""
-import json
 import shutil
 import subprocess
 import sys
 import textwrap
 
-from conftest import BUILD, LIBCAPSAN, SCENARIOS, STATIC_PY, base_env, marker_line, no_core
+from conftest import LIBCAPSAN, SCENARIOS, STATIC_PY, base_env, marker_line, no_core
 
 sys.path.insert(0, str(SCENARIOS))
-from np_testlib import FIXDIR, PYDIR, api_env, require_np, run_api  # noqa: E402
+from np_testlib import PYDIR, api_env, require_np, run_api  # noqa: E402
 
 
 def py(code, tmp, *, env=None, interpreter=STATIC_PY, preload=False, options=()):

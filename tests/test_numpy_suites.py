@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import (CAPSAN, DEFAULT_EXITCODE, FIXDIR, LIBCAPSAN, STATIC_PY, base_env,
+from conftest import (CAPSAN, FIXDIR, LIBCAPSAN, STATIC_PY, base_env,
                       capsan_report, no_core, summarize, trace_files)
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "scenarios"))

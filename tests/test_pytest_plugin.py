@@ -5,14 +5,11 @@ capsan-0.1.dist-info (autoload) and through `-p capsan.pytest_plugin`, from
 the checkout build and from an installed tree. Each case runs pytest in a
 subprocess on a generated test file."""
 import json
-import os
 import subprocess
 import sys
 import textwrap
 
-import pytest
-
-from conftest import (BUILD, DEFAULT_EXITCODE, FIXDIR, LIBCAPSAN, ROOT, STATIC_PY, base_env,
+from conftest import (DEFAULT_EXITCODE, FIXDIR, LIBCAPSAN, ROOT, STATIC_PY, base_env,
                       marker_line, no_core)
 
 sys.path.insert(0, str(ROOT / "tests" / "scenarios"))
@@ -155,7 +152,6 @@ def check_full_run(cp, path):
     assert f"{path}:{line} in test_leaks" in text, text
     assert "_pytest/runner.py" not in text, "pytest's own frames in the failure text\n" + text
     # the terminal summary lists every test with findings
-    summary = cp.stdout.split("capsan: ")[-1]
     assert "test(s) with findings" in cp.stdout, cp.describe
     for name in ("test_leaks", "test_allowed_leak", "test_unchecked_leak", "test_double_delete",
                  "test_fixture", "test_teardown_finding"):
@@ -164,7 +160,6 @@ def check_full_run(cp, path):
         in cp.stdout, cp.describe
     for name in ("test_clean", "test_fixture_holds_arrays", "test_fails_itself"):
         assert f"test_sample.py::{name}: " not in cp.stdout, f"{name} has findings\n{cp.describe}"
-    del summary
 
 
 def test_capsan_flag_autoloads_from_the_checkout(tmp_path):

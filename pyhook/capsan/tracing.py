@@ -133,19 +133,21 @@ class Trace:
             t = Trace(self.inner, allow=self.allow, check=False, leaks=self.leaks)
             return t
 
-        def finish(t):
+        def merge(t):
             with self._lock:
                 self._findings.extend(t._findings)
-            if check:
-                t.assert_clean(self.allow)
 
         if inspect.iscoroutinefunction(fn):
             @functools.wraps(fn)
             async def awrapper(*a, **kw):
                 t = scope()
-                with t:
-                    r = await fn(*a, **kw)
-                finish(t)
+                try:
+                    with t:
+                        r = await fn(*a, **kw)
+                finally:
+                    merge(t)
+                if check:
+                    t.assert_clean(self.allow)
                 return r
             awrapper.capsan_trace = self
             return awrapper
@@ -153,9 +155,13 @@ class Trace:
         @functools.wraps(fn)
         def wrapper(*a, **kw):
             t = scope()
-            with t:
-                r = fn(*a, **kw)
-            finish(t)
+            try:
+                with t:
+                    r = fn(*a, **kw)
+            finally:
+                merge(t)
+            if check:
+                t.assert_clean(self.allow)
             return r
         wrapper.capsan_trace = self
         return wrapper
