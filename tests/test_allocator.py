@@ -111,3 +111,23 @@ def test_ready_made_under_capsan_clean(tmp_path):
     assert res.report is not None, res.describe()
     assert len(res.report["processes"]) == 2, summarize(res.report)  # the reader too
     assert findings(res.report) == [], summarize(res.report)
+
+
+def test_declared_device_reaches_the_runtime(tmp_path):
+    """allocator(device="cuda_host") tells the runtime (capsan_handler_set_device):
+    exporting its memory as CPU is a dlpack-device-mismatch, with both lines."""
+    import json
+    import subprocess
+    from conftest import FIXDIR, ROOT, SCENARIOS, STATIC_PY, base_env, marker_line
+    script = SCENARIOS / "alloc_device.py"
+    env = base_env({"CAPSAN_OPTIONS": f"log_path={tmp_path / 't'}:report=none"})
+    env["PYTHONPATH"] = f"{FIXDIR}:{ROOT / 'build' / 'python'}"
+    r = subprocess.run([str(STATIC_PY), str(script)], capture_output=True, text=True, timeout=120,
+                       env=env)
+    assert r.returncode == 0, r.stderr
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    kinds = [k for k, _ in got]
+    assert kinds == ["dlpack-device-mismatch"], got
+    lines = {tuple(x) for x in got[0][1]}
+    assert ("alloc_device.py", marker_line(script, "export")) in lines, got
+    assert ("alloc_device.py", marker_line(script, "alloc")) in lines, got

@@ -16,11 +16,18 @@ capsan-0.1.dist-info entry point) or `pytest -p capsan.pytest_plugin`.
 from . import _lib
 from .finding import Event, Finding, Frame
 from .tracing import Trace, trace
+# the protocol's tools (issue 5): DLPack structs, describe(), allocators
+from . import allocators, dlpack
+from .allocator import (HandlerInfo, allocator, get_handler, handler_info, handler_name,
+                        handler_version, set_handler, using)
+from .describe import Description, describe
 
 __version__ = "0.1"
 __all__ = ["start", "stop", "active", "preloaded", "handler", "get_handler", "set_handler",
            "trace", "Trace", "Finding", "Event", "Frame", "findings", "findings_count",
-           "library_path", "__version__"]
+           "library_path", "__version__", "dlpack", "allocators", "allocator", "using",
+           "handler_name", "handler_version", "handler_info", "HandlerInfo", "describe",
+           "Description"]
 
 #: the path of the libcapsan.so this process runs
 library_path = _lib.path
@@ -54,17 +61,6 @@ def handler(inner=None):
     handler). Install it yourself with numpy's PyDataMem_SetHandler, or
     with set_handler() -- or let trace() do both."""
     return _lib.handler_new(inner)
-
-
-def set_handler(h):
-    """numpy's PyDataMem_SetHandler for the current context (None: numpy's
-    default); returns the previous handler."""
-    return _lib.set_handler(h)
-
-
-def get_handler():
-    """numpy's PyDataMem_GetHandler: the current context's handler capsule."""
-    return _lib.get_handler()
 
 
 def findings_count() -> int:

@@ -162,13 +162,17 @@ def _numpy_api():
         if _api is not None:
             return _api
         import numpy.core._multiarray_umath as mu
-        lib = libcapsan()
+        from . import _lib
         s = g = None
         where = "numpy"
-        if lib is not None and hasattr(lib, "capsan_set_handler"):
-            s, g = lib.capsan_set_handler, lib.capsan_get_handler
-            s.restype, s.argtypes = py_object, [c_void_p]
-            g.restype, g.argtypes = py_object, []
+        if _lib.has("capsan_set_handler") and _lib.has("capsan_get_handler"):
+            # through capsan._lib's bindings: ctypes function objects are
+            # shared per library handle, so their types must not be re-set here
+            def s(addr):
+                return _lib._steal(_lib.call("capsan_set_handler", addr))
+
+            def g():
+                return _lib._steal(_lib.call("capsan_get_handler"))
             try:
                 g()  # probe: its numpy lookup must work on this numpy
                 where = "libcapsan"
@@ -186,9 +190,9 @@ def _numpy_api():
             fptrs = ctypes.cast(table, POINTER(c_void_p))
             s = ctypes.PYFUNCTYPE(py_object, c_void_p)(fptrs[304])
             g = ctypes.PYFUNCTYPE(py_object)(fptrs[305])
+            s.restype, s.argtypes = py_object, [c_void_p]
+            g.restype, g.argtypes = py_object, []
             _api_keep.append(mu)
-        s.restype, s.argtypes = py_object, [c_void_p]
-        g.restype, g.argtypes = py_object, []
         _api = (s, g, where)
         return _api
 

@@ -31,6 +31,8 @@ def _is_library_file(path: str) -> bool:
     global _LIBDIRS
     if _LIBDIRS is None:
         _LIBDIRS = _library_dirs()
+    if path in ("<string>", "<stdin>"):
+        return False  # python -c / a REPL: the user's own code
     if not path or path.startswith("<"):
         return True
     rp = os.path.realpath(path)
