@@ -925,8 +925,8 @@ const char *cs_finding_message(const cs_finding *f, char *buf, size_t n)
                  "(PyGILState_Check() == 0): take it with PyGILState_Ensure first");
         break;
     case CS_KIND_NUMPY_HANDLER_NO_GIL:
-        snprintf(buf, n, "NumPy data 0x%llx was allocated or freed through a memory handler "
-                 "without the GIL: numpy and its default handler expect it held (R33)", p);
+        snprintf(buf, n, "a NumPy allocation or free went through the memory handler without "
+                 "the GIL (call site 0x%llx): numpy's default handler expects it held (R33)", p);
         break;
     case CS_KIND_DLPACK_DELETER_NO_GIL:
         snprintf(buf, n, "a DLPack deleter called without the GIL (as torch calls foreign "

@@ -24,3 +24,16 @@ def test_deleter_uses_python_without_gil(tmp_path):
     frames = [fr for e in got[0]["events"] for fr in e["stack"] if not fr.get("python")]
     assert any("bad_deleter" in (fr.get("function") or "") for fr in frames), got[0]
     assert kinds(res.report) == {"dlpack-deleter-no-gil"}, summarize(res.report)
+
+
+def test_numpy_handler_without_gil(tmp_path):
+    """numpy 1.24's own lexsort reaches the memory handler with the GIL
+    released (NPY_BEGIN_THREADS): a warning at the Python line that sorted."""
+    script = SCENARIOS / "np_nogil_numpy.py"
+    res = run_capsan(script, tmp_path)
+    assert res.returncode == 0 and "sorted 0 99" in res.stdout, res.describe()
+    # np.lexsort is numpy's __array_function__ dispatcher: the line is further out
+    f = assert_finding_at(res, "numpy-handler-no-gil", script, "lexsort", event="call",
+                          innermost=False)
+    assert f["severity"] == "warning" and "call site" in f["message"]
+    assert kinds(res.report) == {"numpy-handler-no-gil"}, summarize(res.report)
