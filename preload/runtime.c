@@ -239,9 +239,13 @@ int cs_runtime_finish(int how, int status)
         cs_lc_finish(cs_lc, how);
         cs_findings_flush();
     }
+    /* the status the process really exits with: capsan's exitcode when it
+     * found errors (LeakSanitizer's convention), else the program's */
+    int final = (!api_mode && cs_findings_errors() && cs_opt.exitcode) ? (int)cs_opt.exitcode
+                                                                         : status;
     if (cs_trace_started()) {
         write_counts(cs_now_ns());
-        cs_rec_end e = {.how = (uint32_t)how, .status = status, .time_ns = cs_now_ns(),
+        cs_rec_end e = {.how = (uint32_t)how, .status = final, .time_ns = cs_now_ns(),
                         .events = atomic_load(&n_events)};
         cs_trace_write(CS_REC_END, &e, sizeof e);
     }
@@ -253,9 +257,7 @@ int cs_runtime_finish(int how, int status)
     cs_trace_close();
     if (t)
         t->busy = 0;
-    if (!api_mode && cs_findings_errors() && cs_opt.exitcode)
-        return (int)cs_opt.exitcode;
-    return status;
+    return final;
 }
 
 static void halt(void)
