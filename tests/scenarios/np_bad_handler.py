@@ -18,9 +18,7 @@ import np_badhandler as B
 
 mode = sys.argv[1]
 traced = len(sys.argv) > 2 and sys.argv[2] == "trace"
-if traced:
-    import capsan
-    from np_common import emit
+from np_common import run_mode  # noqa: E402
 
 
 def v2():
@@ -53,11 +51,4 @@ def unterminated():
     B.set_handler(old)
 
 
-fn = {"v2": v2, "misnamed": misnamed, "null_free": null_free, "unterminated": unterminated}[mode]
-if traced:
-    with capsan.trace() as t:
-        fn()
-    emit(t)
-else:
-    fn()
-print("survived", mode, flush=True)
+run_mode({"v2": v2, "misnamed": misnamed, "null_free": null_free, "unterminated": unterminated}, mode, traced)

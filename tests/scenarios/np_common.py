@@ -8,3 +8,17 @@ def emit(t):
     fs = t.findings
     print("CAPSAN-REPR " + json.dumps([repr(f) for f in fs]), flush=True)
     print("CAPSAN-FINDINGS " + json.dumps([f.raw for f in fs]), flush=True)
+
+
+def run_mode(fns, mode, traced):
+    """Run fns[mode], inside capsan.trace() when `traced` (then print its
+    findings with emit), and say the program survived it."""
+    fn = fns[mode]
+    if traced:
+        import capsan
+        with capsan.trace() as t:
+            fn()
+        emit(t)
+    else:
+        fn()
+    print("survived", mode, flush=True)

@@ -19,9 +19,7 @@ import np_foreign as O
 
 mode = sys.argv[1]
 traced = len(sys.argv) > 2 and sys.argv[2] == "trace"
-if traced:
-    import capsan
-    from np_common import emit
+from np_common import run_mode  # noqa: E402
 
 
 def offset16():
@@ -52,11 +50,4 @@ def double():
     del a  # <-- free-again
 
 
-fn = {"offset16": offset16, "exact": exact, "capsule": capsule, "double": double}[mode]
-if traced:
-    with capsan.trace() as t:
-        fn()
-    emit(t)
-else:
-    fn()
-print("survived", mode, flush=True)
+run_mode({"offset16": offset16, "exact": exact, "capsule": capsule, "double": double}, mode, traced)
