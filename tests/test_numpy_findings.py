@@ -257,8 +257,9 @@ def test_bad_handler_whole_run(tmp_path, mode):
     assert kinds(res.report) == {"numpy-bad-handler"}, res.describe()
     f = assert_at(report_findings(res), "numpy-bad-handler", script, tag)
     assert word in f["message"], f["message"]
-    if mode == "misnamed":  # numpy #26137: the next allocation fails
-        assert "SystemError" in native.stderr and "SystemError" in res.stderr
+    # misnamed (numpy #26137): the next allocation fails with MemoryError, which
+    # `shows` checks in both runs; whether CPython also chains a SystemError
+    # depends on an import racing the pending error, so it is not asserted
 
 
 def test_bad_handler_trace(tmp_path):
