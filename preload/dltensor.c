@@ -4,6 +4,7 @@
 #include <stddef.h>
 #include <string.h>
 
+#include "plausible.h"
 #include "tracefmt.h"
 
 /* Own declarations of the layouts (dlpack.h 0.6 has no versioned struct). */
@@ -32,10 +33,10 @@ _Static_assert(offsetof(dl_managed_versioned, dl_tensor) == CS_DLV_TENSOR_OFF, "
 
 #define MAX_NDIM 64
 
+/* DLPack structs and their shape/strides arrays are 8-byte aligned */
 static int plausible(const void *p)
 {
-    uintptr_t a = (uintptr_t)p;
-    return a >= 4096 && a < 0x800000000000ull && (a & 7) == 0;
+    return cs_plausible(p) && ((uintptr_t)p & 7) == 0;
 }
 
 static const dl_tensor *tensor_of(const void *mt, int versioned)

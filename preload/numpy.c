@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "options.h"
+#include "plausible.h"
 #include "pyapi.h"
 #include "runtime.h"
 #include "spin.h"
@@ -69,18 +70,13 @@ static known *known_of(const np_handler *h)
     return NULL;
 }
 
-static int plausible(const void *p)
-{
-    uintptr_t a = (uintptr_t)p;
-    return a >= 4096 && a < 0x800000000000ull;
-}
 
 /* R27: a handler numpy will call must be whole. */
 static uint32_t validate(const char *capname, const np_handler *h)
 {
     if (!capname || strcmp(capname, "mem_handler") != 0)
         return CS_BAD_HANDLER_NAME;
-    if (!plausible(h))
+    if (!cs_plausible(h))
         return CS_BAD_HANDLER_NULL_FN;
     if (!memchr(h->name, 0, sizeof h->name))
         return CS_BAD_HANDLER_UNTERMINATED;
@@ -132,7 +128,7 @@ void cs_np_note_handler(const void *cap, const void *handler)
     cur_cap = cap;
     if (handler != cur_handler) {
         cur_handler = handler;
-        if (handler && plausible(handler))
+        if (handler && cs_plausible(handler))
             remember(handler);
     }
 }
@@ -211,10 +207,6 @@ void cs_np_after_dlclose(void)
 
 /* ---- hooks ---- */
 
-static int (*real_track)(unsigned int, uintptr_t, size_t);
-static int (*real_untrack)(unsigned int, uintptr_t);
-static PyObject_ *(*real_cv_new)(const char *, PyObject_ *);
-static int (*real_cv_set)(PyObject_ *, PyObject_ *);
 static PyObject_ *numpy_allocator_var; /* numpy's "current_allocator" */
 
 static int hook_track(unsigned int domain, uintptr_t ptr, size_t size)
@@ -225,7 +217,7 @@ static int hook_track(unsigned int domain, uintptr_t ptr, size_t size)
                        .b = (uint64_t)(uintptr_t)cur_cap, .c = (uint64_t)(uintptr_t)cur_handler};
         cs_emit(&ev, 1, NULL, NULL);
     }
-    return real_track(domain, ptr, size);
+    return cs_py.TraceMalloc_Track(domain, ptr, size);
 }
 
 static int hook_untrack(unsigned int domain, uintptr_t ptr)
@@ -238,12 +230,12 @@ static int hook_untrack(unsigned int domain, uintptr_t ptr)
          * array died is the Python line */
         cs_emit(&ev, CS_STACK_PYTHON, NULL, NULL);
     }
-    return real_untrack(domain, ptr);
+    return cs_py.TraceMalloc_Untrack(domain, ptr);
 }
 
 static PyObject_ *hook_cv_new(const char *name, PyObject_ *def)
 {
-    PyObject_ *v = real_cv_new(name, def);
+    PyObject_ *v = cs_py.ContextVar_New(name, def);
     if (v && name && !strcmp(name, "current_allocator"))
         numpy_allocator_var = v;
     return v;
@@ -255,14 +247,11 @@ static int is_numpy_allocator_var(PyObject_ *var)
 {
     if (numpy_allocator_var)
         return var == numpy_allocator_var;
-    static PyObject_ *(*getattr)(PyObject_ *, const char *);
-    if (!getattr)
-        *(void **)&getattr = dlsym(RTLD_DEFAULT, "PyObject_GetAttrString");
-    if (!getattr || !var)
+    if (!cs_py.Object_GetAttrString || !var)
         return 0;
     PyObject_ *t, *v, *tb;
     cs_py.Err_Fetch(&t, &v, &tb);
-    PyObject_ *name = getattr(var, "name");
+    PyObject_ *name = cs_py.Object_GetAttrString(var, "name");
     const char *s = name ? cs_py.Unicode_AsUTF8(name) : NULL;
     int match = s && !strcmp(s, "current_allocator");
     if (name)
@@ -288,16 +277,16 @@ static int hook_cv_set(PyObject_ *var, PyObject_ *value)
             cs_py.Err_Restore(t, v, tb);
         }
         uint32_t bad = validate(name, h);
-        if (h && plausible(h) && !bad)
+        if (h && cs_plausible(h) && !bad)
             remember_as(h, 1);
         if (bad) {
             cs_event ev = {.kind = CS_EV_NP_HANDLER, .obj = (uint64_t)(uintptr_t)h,
                            .a = (uint64_t)(uintptr_t)value, .extra = bad,
-                           .b = h && plausible(h) ? h->version : 0};
+                           .b = h && cs_plausible(h) ? h->version : 0};
             cs_emit(&ev, 1, NULL, NULL);
         }
     }
-    return real_cv_set(var, value);
+    return cs_py.ContextVar_Set(var, value);
 }
 
 /* numpy frees an OWNDATA array's data with plain free() when it has no
@@ -336,11 +325,8 @@ const int cs_numpy_nhooks = sizeof cs_numpy_hooks / sizeof cs_numpy_hooks[0];
 
 int cs_numpy_init(void)
 {
-    *(void **)&real_track = dlsym(RTLD_DEFAULT, "PyTraceMalloc_Track");
-    *(void **)&real_untrack = dlsym(RTLD_DEFAULT, "PyTraceMalloc_Untrack");
-    *(void **)&real_cv_new = dlsym(RTLD_DEFAULT, "PyContextVar_New");
-    *(void **)&real_cv_set = dlsym(RTLD_DEFAULT, "PyContextVar_Set");
-    return real_track && real_untrack && real_cv_new && real_cv_set;
+    return cs_py.TraceMalloc_Track && cs_py.TraceMalloc_Untrack && cs_py.ContextVar_New &&
+           cs_py.ContextVar_Set;
 }
 
 /* ---- the tracing handler: forwards every call to the handler it wraps;
@@ -392,16 +378,12 @@ static void **numpy_api(void)
     static void **api;
     if (api)
         return api;
-    PyObject_ *(*import)(const char *) =
-        (PyObject_ * (*)(const char *)) dlsym(RTLD_DEFAULT, "PyImport_ImportModule");
-    PyObject_ *(*getattr)(PyObject_ *, const char *) =
-        (PyObject_ * (*)(PyObject_ *, const char *)) dlsym(RTLD_DEFAULT, "PyObject_GetAttrString");
-    if (!import || !getattr)
+    if (!cs_py.Import_ImportModule || !cs_py.Object_GetAttrString)
         return NULL;
-    PyObject_ *mod = import("numpy.core._multiarray_umath");
+    PyObject_ *mod = cs_py.Import_ImportModule("numpy.core._multiarray_umath");
     if (!mod)
         return NULL; /* the ImportError stays set */
-    PyObject_ *cap = getattr(mod, "_ARRAY_API");
+    PyObject_ *cap = cs_py.Object_GetAttrString(mod, "_ARRAY_API");
     cs_py.DecRef(mod);
     if (!cap)
         return NULL;
@@ -418,11 +400,8 @@ static void **numpy_api(void)
 
 static void set_error(const char *msg)
 {
-    void (*seterr)(PyObject_ *, const char *) =
-        (void (*)(PyObject_ *, const char *))dlsym(RTLD_DEFAULT, "PyErr_SetString");
-    PyObject_ **exc = dlsym(RTLD_DEFAULT, "PyExc_RuntimeError");
-    if (seterr && exc)
-        seterr(*exc, msg);
+    if (cs_py.Err_SetString && cs_py.Exc_RuntimeError)
+        cs_py.Err_SetString(*cs_py.Exc_RuntimeError, msg);
 }
 
 PyObject_ *capsan_get_handler(void)

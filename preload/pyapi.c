@@ -30,6 +30,14 @@ int cs_pyapi_init(void)
     SYM(Err_Restore, "PyErr_Restore");
     SYM(IncRef, "Py_IncRef");
     SYM(DecRef, "Py_DecRef");
+    SYM(TraceMalloc_Track, "PyTraceMalloc_Track");
+    SYM(TraceMalloc_Untrack, "PyTraceMalloc_Untrack");
+    SYM(ContextVar_New, "PyContextVar_New");
+    SYM(ContextVar_Set, "PyContextVar_Set");
+    SYM(Import_ImportModule, "PyImport_ImportModule");
+    SYM(Object_GetAttrString, "PyObject_GetAttrString");
+    SYM(Err_SetString, "PyErr_SetString");
+    SYM(Exc_RuntimeError, "PyExc_RuntimeError");
     SYM(ThreadState_GetFrame, "PyThreadState_GetFrame");
     SYM(Frame_GetBack, "PyFrame_GetBack");
     SYM(Frame_GetCode, "PyFrame_GetCode");

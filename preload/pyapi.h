@@ -5,6 +5,7 @@
 #ifndef CAPSAN_PYAPI_H
 #define CAPSAN_PYAPI_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 typedef struct _object PyObject_;
@@ -34,6 +35,15 @@ typedef struct cs_pyapi {
     void (*Err_Restore)(PyObject_ *, PyObject_ *, PyObject_ *);
     void (*IncRef)(PyObject_ *);
     void (*DecRef)(PyObject_ *);
+    /* used by numpy.c: the NEP 49 channel and numpy's API table */
+    int (*TraceMalloc_Track)(unsigned int, uintptr_t, size_t);
+    int (*TraceMalloc_Untrack)(unsigned int, uintptr_t);
+    PyObject_ *(*ContextVar_New)(const char *, PyObject_ *);
+    int (*ContextVar_Set)(PyObject_ *, PyObject_ *);
+    PyObject_ *(*Import_ImportModule)(const char *);
+    PyObject_ *(*Object_GetAttrString)(PyObject_ *, const char *);
+    void (*Err_SetString)(PyObject_ *, const char *);
+    PyObject_ **Exc_RuntimeError;
     /* public frame API, for interpreters other than 3.11 */
     void *(*ThreadState_GetFrame)(void *tstate);
     void *(*Frame_GetBack)(void *frame);

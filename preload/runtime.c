@@ -354,10 +354,9 @@ static int all_hooks_n;
 static void *hook_dlsym(void *handle, const char *name)
 {
     void *p = dlsym(handle, name);
-    if (p && name && handle != RTLD_NEXT)
+    if (p && name && handle != RTLD_NEXT && strncmp(name, "PyCapsule_", 10) == 0)
         for (int i = 0; i < all_hooks_n; i++)
-            if (!all_hooks_p[i].only_in && !strcmp(all_hooks_p[i].name, name) &&
-                strncmp(name, "PyCapsule_", 10) == 0)
+            if (!all_hooks_p[i].only_in && !strcmp(all_hooks_p[i].name, name))
                 return all_hooks_p[i].replacement;
     return p;
 }
