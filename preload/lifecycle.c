@@ -48,13 +48,14 @@ int cs_kind_from_name(const char *name)
 #define OF_UNCHECKED 0x20      /* dlpack-unchecked-destructor already reported */
 #define OF_NULL_DELETER 0x40 /* nothing can release it: never a leak */
 #define OF_TRACED 0x80       /* has a finding: its events go to the sink */
+#define OF_REACHABLE 0x100   /* at exit, module static data still points to it */
 
 typedef struct obj {
     uint64_t key;      /* address; 0 = empty slot */
     uint32_t gen;      /* bumped on reuse, matches tombstone FIFO entries */
     uint8_t ns;
     uint8_t state;     /* cs_obj_state */
-    uint8_t flags;
+    uint16_t flags;
     uint8_t nhist;
     uint8_t nflushed;  /* history events already given to the sink */
     uint64_t capsule;  /* the exporting capsule */
@@ -609,7 +610,9 @@ static unsigned numpy_event(cs_lifecycle *lc, stripe *st, const cs_event *ev, ju
             if (stale)
                 report(lc, j, CS_KIND_NUMPY_STALE_HANDLER, o, NULL, stale, ev->c);
             entomb(lc, st, o);
-        } else if (o && o->state == CS_ST_RELEASED) {
+        } else if (o && o->state == CS_ST_RELEASED && ev->c) {
+            /* a legacy PyDataMem_FREE (c == 0) may free a block that came
+             * back out of numpy's small-block cache unseen: not judged */
             report(lc, j, CS_KIND_NUMPY_DOUBLE_FREE, o, ev, 0, 0);
             hist_add(st, o, ev, j);
         }
@@ -625,6 +628,11 @@ static unsigned numpy_event(cs_lifecycle *lc, stripe *st, const cs_event *ev, ju
             obj tmp = {.key = ev->obj};
             report(lc, j, CS_KIND_NUMPY_FOREIGN_FREE, &tmp, ev, 0, 0);
         }
+        return 0;
+    case CS_EV_NP_REACHABLE:
+        o = find(st, ev->obj, CS_NS_NUMPY);
+        if (o && o->state == CS_ST_CREATED)
+            o->flags |= OF_REACHABLE;
         return 0;
     case CS_EV_NP_HANDLER:
         if (ev->extra) {
@@ -705,6 +713,44 @@ int cs_lc_report_live(cs_lifecycle *lc, int ns, uint64_t origin_c)
     return n;
 }
 
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return (x > y) - (x < y);
+}
+
+size_t cs_lc_live_keys(cs_lifecycle *lc, int ns, uint64_t **out)
+{
+    size_t n = 0, cap = 0;
+    uint64_t *v = NULL;
+    for (int i = 0; i < NSTRIPES; i++) {
+        stripe *st = &lc->s[i];
+        if (lc->threadsafe)
+            cs_spin_lock(&st->mu);
+        for (size_t k = 0; k < st->cap; k++) {
+            obj *o = &st->tab[k];
+            if (!o->key || o->ns != ns || o->state != CS_ST_CREATED ||
+                (o->flags & OF_LEAK_REPORTED))
+                continue;
+            if (n == cap) {
+                size_t nc = cap ? cap * 2 : 256;
+                uint64_t *nv = realloc(v, nc * sizeof *nv);
+                if (!nv)
+                    break;
+                v = nv;
+                cap = nc;
+            }
+            v[n++] = o->key;
+        }
+        if (lc->threadsafe)
+            cs_spin_unlock(&st->mu);
+    }
+    if (n)
+        qsort(v, n, sizeof *v, cmp_u64);
+    *out = v;
+    return n;
+}
+
 int cs_lc_state(cs_lifecycle *lc, int ns, uint64_t o)
 {
     obj *x = find(stripe_of(lc, o), o, ns);
@@ -744,8 +790,8 @@ int cs_lc_finish(cs_lifecycle *lc, int how)
         for (size_t j = 0; j < st->cap; j++) {
             obj *o = &st->tab[j];
             if (!o->key || o->state == CS_ST_RELEASED ||
-                (o->flags & (OF_LEAK_REPORTED | OF_NULL_DELETER)))
-                continue;
+                (o->flags & (OF_LEAK_REPORTED | OF_NULL_DELETER | OF_REACHABLE)))
+                continue; /* reachable: LeakSanitizer's "still reachable" */
             if (o->ns == CS_NS_NUMPY && kept_at_shutdown(lc, o->key))
                 continue; /* referenced by a consumer alive at shutdown */
             if (o->ns == CS_NS_NUMPY && o->nhist && (o->hist[0].flags & CS_EVF_IMPORT))
@@ -784,6 +830,7 @@ const char *cs_event_name(const cs_event *ev)
     case CS_EV_NP_FREE: return "free";
     case CS_EV_NP_HANDLER: return "handler";
     case CS_EV_NP_FOREIGN_FREE: return "free";
+    case CS_EV_NP_REACHABLE: return "reachable";
     }
     return "event";
 }

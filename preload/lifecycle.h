@@ -97,6 +97,11 @@ size_t cs_lc_live(cs_lifecycle *lc);
  * Returns how many were reported. */
 int cs_lc_report_live(cs_lifecycle *lc, int ns, uint64_t origin_c);
 
+/* The live, unreported objects of a namespace (what cs_lc_finish would
+ * judge), sorted by address into a malloc'd *out the caller frees.
+ * Returns how many; 0 with *out == NULL when there are none. */
+size_t cs_lc_live_keys(cs_lifecycle *lc, int ns, uint64_t **out);
+
 /* Running totals of live objects, kept as events are judged (cheap). */
 typedef struct cs_lc_totals {
     int64_t dlpack, dlpack_bytes, numpy, numpy_bytes;

@@ -61,6 +61,10 @@ static cs_spin hmu = CS_SPIN_INIT;
 static __thread const void *cur_cap __attribute__((tls_model("initial-exec")));
 static __thread const np_handler *cur_handler __attribute__((tls_model("initial-exec")));
 static __thread int foreign_pending __attribute__((tls_model("initial-exec")));
+/* cur_* name the handler of the very next Track/Untrack only: numpy's
+ * legacy PyDataMem_NEW/FREE (void scalars through its small-block cache,
+ * old extensions) track blocks without reading a handler first */
+static __thread int cur_fresh __attribute__((tls_model("initial-exec")));
 
 static known *known_of(const np_handler *h)
 {
@@ -126,6 +130,7 @@ static void forget(const np_handler *h)
 void cs_np_note_handler(const void *cap, const void *handler)
 {
     cur_cap = cap;
+    cur_fresh = 1;
     if (handler != cur_handler) {
         cur_handler = handler;
         if (handler && cs_plausible(handler))
@@ -209,26 +214,63 @@ void cs_np_after_dlclose(void)
 
 static PyObject_ *numpy_allocator_var; /* numpy's "current_allocator" */
 
+/* The handler numpy read for this Track/Untrack, or NULL (legacy path).
+ * A realloc is GetPointer, realloc, Untrack(old), Track(new): a Track whose
+ * call site lies just after the Untrack's (the same few instructions;
+ * 16 bytes apart in numpy 1.24) belongs to the same call. */
+#define RENEW_SPAN 32
+static __thread uintptr_t renew_site __attribute__((tls_model("initial-exec")));
+static __thread const np_handler *renew_h __attribute__((tls_model("initial-exec")));
+static __thread const void *renew_cap __attribute__((tls_model("initial-exec")));
+
+static const np_handler *take_handler(const void **cap, uintptr_t site, int is_track)
+{
+    const np_handler *h = NULL;
+    *cap = NULL;
+    if (cur_fresh) {
+        h = cur_handler;
+        *cap = cur_cap;
+    } else if (is_track && site - renew_site - 1 < RENEW_SPAN) {
+        h = renew_h;
+        *cap = renew_cap;
+    }
+    cur_fresh = 0;
+    renew_site = is_track ? 0 : site;
+    renew_h = h;
+    renew_cap = *cap;
+    return h;
+}
+
 static int hook_track(unsigned int domain, uintptr_t ptr, size_t size)
 {
-    if (domain == NPY_TRACE_DOMAIN && ptr && cs_recording) {
-        cs_check_gil(__builtin_return_address(0), CS_NOGIL_HANDLER);
-        cs_event ev = {.kind = CS_EV_NP_ALLOC, .obj = ptr, .a = size,
-                       .b = (uint64_t)(uintptr_t)cur_cap, .c = (uint64_t)(uintptr_t)cur_handler};
-        cs_emit(&ev, 1, NULL, NULL);
+    if (domain == NPY_TRACE_DOMAIN) {
+        const void *cap;
+        const np_handler *h =
+            take_handler(&cap, (uintptr_t)__builtin_return_address(0), 1);
+        if (ptr && cs_recording) {
+            cs_check_gil(__builtin_return_address(0), CS_NOGIL_HANDLER);
+            cs_event ev = {.kind = CS_EV_NP_ALLOC, .obj = ptr, .a = size,
+                           .b = (uint64_t)(uintptr_t)cap, .c = (uint64_t)(uintptr_t)h};
+            cs_emit(&ev, 1, NULL, NULL);
+        }
     }
     return cs_py.TraceMalloc_Track(domain, ptr, size);
 }
 
 static int hook_untrack(unsigned int domain, uintptr_t ptr)
 {
-    if (domain == NPY_TRACE_DOMAIN && ptr && cs_recording) {
-        cs_check_gil(__builtin_return_address(0), CS_NOGIL_HANDLER);
-        cs_event ev = {.kind = CS_EV_NP_FREE, .obj = ptr, .b = (uint64_t)(uintptr_t)cur_cap,
-                       .c = (uint64_t)(uintptr_t)cur_handler, .extra = staleness(cur_handler)};
-        /* a free's native frames are numpy's own dealloc path; where the
-         * array died is the Python line */
-        cs_emit(&ev, CS_STACK_PYTHON, NULL, NULL);
+    if (domain == NPY_TRACE_DOMAIN) {
+        const void *cap;
+        const np_handler *h =
+            take_handler(&cap, (uintptr_t)__builtin_return_address(0), 0);
+        if (ptr && cs_recording) {
+            cs_check_gil(__builtin_return_address(0), CS_NOGIL_HANDLER);
+            cs_event ev = {.kind = CS_EV_NP_FREE, .obj = ptr, .b = (uint64_t)(uintptr_t)cap,
+                           .c = (uint64_t)(uintptr_t)h, .extra = staleness(h)};
+            /* a free's native frames are numpy's own dealloc path; where
+             * the array died is the Python line */
+            cs_emit(&ev, CS_STACK_PYTHON, NULL, NULL);
+        }
     }
     return cs_py.TraceMalloc_Untrack(domain, ptr);
 }

@@ -22,6 +22,7 @@
 #include "got.h"
 #include "modules.h"
 #include "numpy.h"
+#include "roots.h"
 #include "options.h"
 #include "pyapi.h"
 #include "spin.h"
@@ -227,10 +228,25 @@ static void json_report(void)
     }
 }
 
+static void note_reachable(void *ud, uint64_t key, uint64_t where, uint64_t base)
+{
+    (void)ud;
+    cs_event ev = {.kind = CS_EV_NP_REACHABLE, .obj = key, .a = where, .b = base};
+    cs_emit(&ev, 0, NULL, NULL);
+}
+
 int cs_runtime_finish(int how, int status)
 {
     if (!atomic_load(&started) || atomic_exchange(&finished, 1))
         return status;
+    if (how == CS_END_EXIT && !api_mode && cs_lc) {
+        /* NumPy blocks a module's static data still holds are not leaks */
+        uint64_t *keys;
+        size_t n = cs_lc_live_keys(cs_lc, CS_NS_NUMPY, &keys);
+        if (n)
+            cs_roots_scan(keys, n, note_reachable, NULL);
+        free(keys);
+    }
     cs_thread *t = cs_thread_get();
     if (t)
         t->busy = 1;

@@ -154,6 +154,8 @@ enum cs_event_kind {
     CS_EV_NP_FREE = 17,     /* b=handler capsule c=handler struct; extra=CS_STALE_* or 0 */
     CS_EV_NP_HANDLER = 18,  /* handler seen: obj=handler struct a=capsule; extra=CS_BAD_* or 0 */
     CS_EV_NP_FOREIGN_FREE = 19, /* numpy free()d an OWNDATA array's data that no handler gave */
+    CS_EV_NP_REACHABLE = 20, /* at exit, a live block's address is in a module's static
+                              * data (numpy's small-block cache): a=where, b=module base */
 };
 
 /* CS_EV_NP_FREE extra: why the handler freeing a block is not fit to */

@@ -1,7 +1,8 @@
 """Correct NumPy memory traffic must give ZERO findings: a correct aligned
 handler installed by the user, 4 threads, asyncio tasks, views and subclass
 chains, np.resize / ndarray.resize(0) / sort / fromiter / pickling (numpy
-1.24's wrong free sizes and free(NULL) included), under capsan.trace() and
+1.24's wrong free sizes and free(NULL) included), void scalars through
+numpy's small-block cache, under capsan.trace() and
 under `capsan run` for the whole run. Every clean run also shows that
 capsan saw the traffic (events counted), so "no findings" never means
 "saw nothing"."""
@@ -16,7 +17,7 @@ from np_testlib import FIXDIR, PYDIR, run_api  # noqa: E402
 
 S = SCENARIOS
 SCRIPT = S / "np_clean.py"
-SECTIONS = ["aligned", "threads", "asyncio", "views", "ops"]
+SECTIONS = ["aligned", "threads", "asyncio", "views", "ops", "voids"]
 PYENV = {"PYTHONPATH": f"{FIXDIR}:{PYDIR}"}
 
 

@@ -11,6 +11,10 @@ Sections:
   ops      np.resize / ndarray.resize (incl. resize(0): numpy frees with a
            wrong size), np.sort (free(NULL, n)), np.fromiter (realloc),
            pickling (__setstate__), concatenate, temporaries
+  voids    void scalars: numpy 1.24 takes their bytes from its small-block
+           cache through the legacy PyDataMem_NEW/FREE (no handler), the
+           same cache the default handler's small blocks go through; up to
+           7 blocks per size are still in that cache at exit
 """
 import asyncio
 import pickle
@@ -22,7 +26,7 @@ import numpy as np
 import np_aligned as A
 
 mode = sys.argv[1] if len(sys.argv) > 1 else "run"
-only = sys.argv[2:] or ["aligned", "threads", "asyncio", "views", "ops"]
+only = sys.argv[2:] or ["aligned", "threads", "asyncio", "views", "ops", "voids"]
 handler_name = np.core.multiarray.get_handler_name
 
 
@@ -180,6 +184,40 @@ def ops_section(traced):
         assert s[0] == 0 and s2[0] <= s2[1] and g[-1] == 4999 ** 2 and p.shape == (8, 8)
         del a, r, r0, b, c, s, s2, g, g2, p, q, t
         work()
+
+    if traced:
+        with capsan.trace() as t:
+            run()
+        scopes.append(t)
+    else:
+        run()
+
+
+def voids_section(traced):
+    """numpy 1.24 allocates a void scalar's bytes with the legacy
+    PyDataMem_NEW (no handler) and frees them into its small-block cache
+    (up to 7 per size) when there is room; the default handler later takes
+    them out of that cache. The run ends with the cache full of them."""
+    sizes = (1, 2, 3, 12)
+    fill = 7
+
+    def voids(n, k, byte=b"v"):
+        return [np.void(byte * n) for _ in range(k)]
+
+    def run():
+        for n in sizes:
+            drain = [np.empty(n, np.uint8) for _ in range(2 * fill)]  # empties the cache
+            v = voids(n, 3 * fill)
+            assert all(bytes(x) == b"v" * n for x in v)
+            del v  # 7 into the cache, the rest freed
+            a = [np.empty(n, np.uint8) for _ in range(fill)]  # the default handler takes them
+            del a, drain  # the handler's blocks fill the cache
+            v = voids(n, 3 * fill, b"w")
+            del v  # cache full: all freed
+            drain = [np.empty(n, np.uint8) for _ in range(2 * fill)]
+            v = voids(n, fill, b"x")
+            del v  # into the cache, which keeps them to the end
+            del drain
 
     if traced:
         with capsan.trace() as t:

@@ -179,6 +179,33 @@ static void test_numpy_blocks(void)
     cs_lc_destroy(lc);
 }
 
+/* numpy's small-block cache: legacy blocks (no handler, c == 0) */
+static void test_numpy_cached_blocks(void)
+{
+    cs_lifecycle *lc = fresh(0);
+    cs_event a = {.kind = CS_EV_NP_ALLOC, .obj = 0x5000, .a = 8, .c = 0xAA};
+    cs_event f = {.kind = CS_EV_NP_FREE, .obj = 0x5000, .c = 0xAA};
+    cs_event legacy_free = {.kind = CS_EV_NP_FREE, .obj = 0x5000};
+    cs_lc_event(lc, &a);
+    cs_lc_event(lc, &f);
+    cs_lc_event(lc, &legacy_free);
+    CHECK(ngot == 0, "a legacy free after the cache handed the block out unseen: no double free");
+    cs_event l1 = {.kind = CS_EV_NP_ALLOC, .obj = 0x6000, .a = 3};
+    cs_event l2 = {.kind = CS_EV_NP_ALLOC, .obj = 0x7000, .a = 5};
+    cs_event reach = {.kind = CS_EV_NP_REACHABLE, .obj = 0x6000, .a = 0x1000};
+    cs_lc_event(lc, &l1);
+    cs_lc_event(lc, &l2);
+    cs_lc_event(lc, &reach);
+    uint64_t *keys;
+    size_t n = cs_lc_live_keys(lc, CS_NS_NUMPY, &keys);
+    CHECK(n == 2 && keys[0] == 0x6000 && keys[1] == 0x7000, "live keys sorted: %zu", n);
+    free(keys);
+    cs_lc_finish(lc, CS_END_EXIT);
+    CHECK(ngot == 1 && got[0].kind == CS_KIND_NUMPY_LEAK && got[0].obj == 0x7000,
+          "the block a module still points to is not a leak; the other is");
+    cs_lc_destroy(lc);
+}
+
 static void test_tombstones_are_bounded(void)
 {
     cs_lifecycle *lc = fresh(0);
@@ -212,6 +239,7 @@ int main(void)
     test_null_deleter_never_leaks();
     test_reconsume();
     test_numpy_blocks();
+    test_numpy_cached_blocks();
     test_tombstones_are_bounded();
     test_kind_names();
     printf("test_lifecycle: %d passed, %d failed\n", checks - failures, failures);
