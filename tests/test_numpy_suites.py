@@ -120,15 +120,43 @@ def test_numpy_suites_under_capsan_run(tmp_path):
     check_switch_owner_findings(p["findings"], cp.describe)
 
 
+def reads_with_fromfile(finding):
+    """A no-GIL warning raised inside numpy's own np.fromfile(sep=...) call in
+    one of numpy's test files."""
+    for ev in finding["events"]:
+        for fr in ev["stack"]:
+            path = Path(fr.get("file") or "")
+            if fr.get("python") and path.parent == NPTESTS and path.exists():
+                line = path.read_text().splitlines()[fr["line"] - 1]
+                if "np.fromfile(" in line:
+                    return True
+    return False
+
+
 @pytest.mark.skipif(not SLOW, reason="test_new_policy takes > 5 min: run by `make check-numpy`")
 def test_new_policy_under_capsan_run(tmp_path):
-    """numpy's whole core suite through the shifting handler, under capsan run."""
+    """numpy's whole core suite through the shifting handler, under capsan run.
+
+    Expected, and why:
+    - numpy-foreign-free in test_switch_owner (the nested run includes it
+      again), see the module docstring;
+    - capsule-no-gil and numpy-handler-no-gil warnings from
+      test_deprecations.py's np.fromfile(f, sep=","): numpy 1.24 grows the
+      buffer with PyDataMem_UserRENEW inside NPY_BEGIN_ALLOW_THREADS, so it
+      reads the handler capsule and calls the handler's realloc without the
+      GIL (tests/test_gil.py shows the same outside the suite).
+    Nothing else: no leaks (void scalars parked in numpy's small-block cache
+    are still reachable, not leaked), no other warnings."""
     cp, report = run_suite(tmp_path, ["-k", "test_new_policy"], mode="run", timeout=3600)
     assert cp.returncode == 0, cp.describe
     assert "1 passed" in cp.stdout, cp.describe
     fs = [f for p in (report or {"processes": []})["processes"] for f in p["findings"]]
-    # the nested run of the core suite includes test_switch_owner again
-    bad = [f for f in fs if f["kind"] != "numpy-foreign-free"
-           or not frames_in(f, MEM_POLICY)
-           or frames_in(f, MEM_POLICY)[0]["function"] != "test_switch_owner"]
-    assert not bad, "findings other than test_switch_owner's foreign frees\n" + cp.describe
+    foreign = [f for f in fs if f["kind"] == "numpy-foreign-free"
+               and frames_in(f, MEM_POLICY)
+               and frames_in(f, MEM_POLICY)[0]["function"] == "test_switch_owner"]
+    nogil = [f for f in fs if f["kind"] in ("capsule-no-gil", "numpy-handler-no-gil")
+             and f["severity"] == "warning" and reads_with_fromfile(f)]
+    bad = [f for f in fs if f not in foreign and f not in nogil]
+    assert not bad, "unexpected findings\n" + cp.describe
+    assert len(foreign) == 3, cp.describe
+    assert {f["kind"] for f in nogil} <= {"capsule-no-gil", "numpy-handler-no-gil"}

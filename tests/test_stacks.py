@@ -1,0 +1,40 @@
+"""Native stacks: the chain cache behind fast_unwind=1 (the default) reuses
+a native chain only when every return address on the stack still matches
+it, so it must give exactly the stacks libunwind gives every time."""
+from collections import Counter
+
+from conftest import SCENARIOS, findings, run_capsan
+
+S = SCENARIOS / "stack_chains.py"
+
+
+def stacks(report):
+    """Every event's stack as module+offset / function (native) and
+    file:line (Python) tuples, counted."""
+    out = Counter()
+    for f in findings(report):
+        for ev in f["events"]:
+            key = []
+            for fr in ev["stack"]:
+                if fr.get("python"):
+                    key.append((fr["file"], fr["line"]))
+                else:
+                    key.append((fr.get("module"), fr.get("offset"), fr.get("function")))
+            out[(f["kind"], ev["event"], tuple(key))] += 1
+    return out
+
+
+def test_fast_unwind_gives_libunwinds_stacks(tmp_path):
+    fast = run_capsan(S, tmp_path / "fast", options=["fast_unwind=1"])
+    slow = run_capsan(S, tmp_path / "slow", options=["fast_unwind=0"])
+    for r in (fast, slow):
+        assert "done" in r.stdout, r.describe()
+        assert r.returncode == 23, r.describe()
+    a, b = stacks(fast.report), stacks(slow.report)
+    # 3 kept arrays a round and one consumed capsule, 40 rounds
+    assert sum(n for (k, *_), n in a.items() if k == "numpy-leak") >= 120, a
+    assert sum(n for (k, *_), n in a.items() if k == "dlpack-leak") >= 40, a
+    native = [fr for key in a for fr in key[2] if isinstance(fr[0], str) or fr[0] is None]
+    assert any(fr[0] and "dlconsumer" in fr[0] for fr in native), "no native frames seen"
+    assert a == b, "stacks differ:\n" + "\n".join(
+        f"{'fast' if k in a else 'slow'} {k}" for k in (set(a) ^ set(b)))
