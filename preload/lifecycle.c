@@ -1003,7 +1003,9 @@ const char *cs_finding_message(const cs_finding *f, char *buf, size_t n)
                                                  "installed (a handler must be immortal)"
                  : f->detail == CS_STALE_UNLOADED ? "whose functions are no longer in a loaded "
                                                     "object (dlclose)"
-                                                  : "which is not the handler that allocated it");
+                 : f->detail == CS_STALE_CTX_FREED ? "whose ctx was freed while its blocks were "
+                                                     "alive (free() of allocator.ctx)"
+                                                   : "which is not the handler that allocated it");
         break;
     case CS_KIND_NUMPY_BAD_HANDLER:
         snprintf(buf, n, "invalid NumPy memory handler at 0x%llx: %s", p, bad_text(f->detail));

@@ -51,12 +51,27 @@ typedef struct known {
     np_handler snap;
     int gone; /* its functions left the address space: never read it again */
     int device; /* DLPack device type it serves; 0 = plain host memory */
+    int ctx_freed; /* free() was called on its ctx */
 } known;
 
 static known handlers[MAX_HANDLERS];
 static int nhandlers;
 static int any_device; /* some handler serves another device: check exports */
 static cs_spin hmu = CS_SPIN_INIT;
+/* the ctx pointers of known handlers lie in [ctx_lo, ctx_hi]: every free()
+ * of the process is tested against that range before taking hmu */
+static _Atomic uintptr_t ctx_lo = UINTPTR_MAX, ctx_hi;
+
+static void watch_ctx(const void *ctx)
+{
+    uintptr_t c = (uintptr_t)ctx;
+    if (!c)
+        return;
+    if (c < atomic_load(&ctx_lo))
+        atomic_store(&ctx_lo, c);
+    if (c > atomic_load(&ctx_hi))
+        atomic_store(&ctx_hi, c);
+}
 
 static __thread const void *cur_cap __attribute__((tls_model("initial-exec")));
 static __thread const np_handler *cur_handler __attribute__((tls_model("initial-exec")));
@@ -101,10 +116,14 @@ static void remember_as(const np_handler *h, int refresh)
     known *k = known_of(h);
     if (k && refresh && !k->gone) {
         memcpy(&k->snap, h, sizeof *h);
+        k->ctx_freed = 0;
+        watch_ctx(h->allocator.ctx);
     } else if (!k && nhandlers < MAX_HANDLERS) {
         handlers[nhandlers].h = h;
         memcpy(&handlers[nhandlers].snap, h, sizeof *h);
         handlers[nhandlers].gone = 0;
+        handlers[nhandlers].ctx_freed = 0;
+        watch_ctx(h->allocator.ctx);
         /* names that say what memory they hand out */
         handlers[nhandlers].device = strstr(h->name, "cuda_host") || strstr(h->name, "pinned")
                                          ? 3 /* kDLCUDAHost */
@@ -150,6 +169,8 @@ static uint32_t staleness(const np_handler *h)
         why = CS_STALE_UNLOADED;
     else if (k && memcmp(&k->snap, h, sizeof *h) != 0)
         why = CS_STALE_CHANGED;
+    else if (k && k->ctx_freed)
+        why = CS_STALE_CTX_FREED;
     cs_spin_unlock(&hmu);
     return why;
 }
@@ -335,7 +356,8 @@ static int hook_cv_set(PyObject_ *var, PyObject_ *value)
 
 /* numpy frees an OWNDATA array's data with plain free() when it has no
  * handler, right after reading NUMPY_WARN_IF_NO_MEM_POLICY (1.24
- * array_dealloc). Both hooks live only in numpy's own module. */
+ * array_dealloc). getenv is hooked in numpy's own module only; free in
+ * every object, to also see a handler's ctx being freed. */
 static char *hook_getenv(const char *name)
 {
     if (name && name[0] == 'N' && !strcmp(name, "NUMPY_WARN_IF_NO_MEM_POLICY"))
@@ -343,8 +365,23 @@ static char *hook_getenv(const char *name)
     return getenv(name);
 }
 
+/* free() of a known handler's ctx: its blocks can no longer be freed
+ * through it safely (the handler functions still read the ctx) */
+static void note_ctx_free(uintptr_t p)
+{
+    cs_spin_lock(&hmu);
+    for (int i = 0; i < nhandlers; i++)
+        if ((uintptr_t)handlers[i].snap.allocator.ctx == p && !handlers[i].gone)
+            handlers[i].ctx_freed = 1;
+    cs_spin_unlock(&hmu);
+}
+
 static void hook_free(void *p)
 {
+    uintptr_t a = (uintptr_t)p;
+    if (a >= atomic_load_explicit(&ctx_lo, memory_order_relaxed) &&
+        a <= atomic_load_explicit(&ctx_hi, memory_order_relaxed))
+        note_ctx_free(a);
     if (foreign_pending) {
         foreign_pending = 0;
         if (p && cs_recording) {
@@ -363,7 +400,7 @@ const cs_hook cs_numpy_hooks[] = {
     {"PyContextVar_New", (void *)hook_cv_new, NULL},
     {"PyContextVar_Set", (void *)hook_cv_set, NULL},
     {"getenv", (void *)hook_getenv, NUMPY_MODULE},
-    {"free", (void *)hook_free, NUMPY_MODULE},
+    {"free", (void *)hook_free, NULL},
 };
 const int cs_numpy_nhooks = sizeof cs_numpy_hooks / sizeof cs_numpy_hooks[0];
 

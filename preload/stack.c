@@ -645,9 +645,12 @@ uint32_t cs_stack_capture(cs_thread *t, int gil, int python_only, unsigned site)
     t->importing = importing;
     if (n == 0)
         return 0;
+    /* one multiply a frame, one full mix at the end: only picks a set, the
+     * match itself is exact */
     uint64_t h = 0x12345;
     for (int i = 0; i < n; i++)
-        h = hmix(h, vals[i]);
+        h = (h ^ vals[i]) * 0x100000001b3ull;
+    h = hmix(h, (uint64_t)n);
     if (n <= CMAXF) {
         unsigned set = (unsigned)(h % CSETS);
         for (int w = 0; w < CWAYS; w++) {

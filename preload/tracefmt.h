@@ -164,6 +164,7 @@ enum cs_stale {
     CS_STALE_CHANGED = 1,   /* the handler struct changed (or was freed) since first seen */
     CS_STALE_UNLOADED = 2,  /* its functions are no longer in a loaded object */
     CS_STALE_OTHER = 3,     /* not the handler that allocated the block */
+    CS_STALE_CTX_FREED = 4, /* free() was called on the handler's ctx */
 };
 
 /* CS_EV_NO_GIL aux: what was called */
