@@ -228,9 +228,10 @@ static void capsule_dtor_tramp(PyObject_ *cap)
                                      : nk == NK_USED || nk == NK_USEDV ? CS_NAME_USED
                                                                        : CS_NAME_OTHER),
                    .extra = e.orig == NULL};
-    /* the death of a consumed capsule is the normal case and no finding
-     * ever shows it: only an unconsumed one's needs a stack */
-    cs_emit(&ev, ev.aux != CS_NAME_USED, NULL, NULL);
+    /* the death of a consumed capsule is the normal case: the consume
+     * already moved its tensor on, and no finding depends on it */
+    if (ev.aux != CS_NAME_USED)
+        cs_emit(&ev, 1, NULL, NULL);
 }
 
 /* ---- hooks ---- */

@@ -424,7 +424,7 @@ static unsigned dlpack_event(cs_lifecycle *lc, stripe *st, const cs_event *ev, j
             /* the same live struct in a second capsule: judge the newest */
             hist_add(st, o, ev, j);
             o->capsule = ev->a;
-            o->flags &= (uint8_t)~(OF_CAPSULE_DEAD | OF_CAPSULE_USED);
+            o->flags &= (uint16_t)~(OF_CAPSULE_DEAD | OF_CAPSULE_USED);
             return 0;
         }
         if (!o && !(o = insert(st, ev->obj, CS_NS_DLPACK)))
@@ -685,7 +685,7 @@ void cs_lc_fork_child(cs_lifecycle *lc)
     for (int i = 0; i < NSTRIPES; i++)
         for (size_t k = 0; k < lc->s[i].cap; k++) {
             obj *o = &lc->s[i].tab[k];
-            o->flags &= (uint8_t)~OF_TRACED;
+            o->flags &= (uint16_t)~OF_TRACED;
             o->nflushed = 0;
         }
 }

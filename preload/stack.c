@@ -274,6 +274,7 @@ typedef struct centry {
 #define LEARN_COST 1024
 #define LEARN_MAX (4 * LEARN_COST)
 #define RMAXF 24
+#define RMEMO 8
 typedef struct rentry {
     uintptr_t ret0;      /* the first return address outside capsan; 0 = empty */
     uint16_t n;          /* frames after it: up to the eval loop with the GIL,
@@ -281,6 +282,11 @@ typedef struct rentry {
     uint16_t gil;        /* which of the two */
     uint32_t off[RMAXF]; /* slot of frame i, in words above ret0's slot */
     uintptr_t ip[RMAXF];
+    /* the stack id this chain gave last, and the Python frames it had:
+     * a loop repeats both, and then needs no hashing at all */
+    uint32_t memo_id;
+    uint8_t memo_npy, memo_importing;
+    uint64_t memo_py[RMEMO];
 } rentry;
 
 typedef struct cs_stack_cache {
@@ -502,7 +508,7 @@ static int chain_valid(const rentry *e, const uintptr_t *slot0, size_t room, uin
     return i == e->n;
 }
 
-static const rentry *chain_hit(cs_stack_cache *c, const uintptr_t *slot0, int gil)
+static rentry *chain_hit(cs_stack_cache *c, const uintptr_t *slot0, int gil)
 {
     uintptr_t ret0 = *slot0;
     unsigned s = (unsigned)((ret0 >> 4) % RSETS);
@@ -563,6 +569,8 @@ static int chain_walk(cs_stack_cache *c, const uintptr_t *slot0, void **ips, int
     return n;
 }
 
+static uint32_t stack_id(cs_thread *t, const uint64_t *vals, int n, int importing);
+
 uint32_t cs_stack_capture(cs_thread *t, int gil, int python_only, unsigned site)
 {
     int nd = gil && python_only && cs_opt.python_depth > 0 ? 0 : (int)cs_opt.native_depth;
@@ -584,7 +592,7 @@ uint32_t cs_stack_capture(cs_thread *t, int gil, int python_only, unsigned site)
         if (t->cache->stack_hi)
             slot0 = foreign_slot(t->cache->stack_hi);
     }
-    const rentry *hit = NULL;
+    rentry *hit = NULL;
     if (slot0) {
         cs_stack_cache *c = t->cache;
         if (!c->credit_init) {
@@ -639,12 +647,32 @@ uint32_t cs_stack_capture(cs_thread *t, int gil, int python_only, unsigned site)
             if ((uintptr_t)ips[i] < self_lo || (uintptr_t)ips[i] >= self_hi)
                 vals[n++] = (uint64_t)(uintptr_t)ips[i] & ~CS_FRAME_PY;
     }
-    int importing = 0;
+    int importing = 0, nnat = n, npy = 0;
     if (pd > 0 && (gil || cs_py.IsInitialized()))
-        n += python_frames(t->cache, vals + n, pd, gil, &importing);
+        n += npy = python_frames(t->cache, vals + n, pd, gil, &importing);
     t->importing = importing;
     if (n == 0)
         return 0;
+    if (hit && hit->memo_id && hit->memo_npy == npy &&
+        memcmp(hit->memo_py, vals + nnat, (size_t)npy * sizeof vals[0]) == 0) {
+        cs_stack_ensure(hit->memo_id);
+        t->importing = hit->memo_importing;
+        return hit->memo_id;
+    }
+    uint32_t id = stack_id(t, vals, n, importing);
+    if (hit && npy <= RMEMO && id) {
+        hit->memo_id = id;
+        hit->memo_npy = (uint8_t)npy;
+        hit->memo_importing = (uint8_t)t->importing;
+        memcpy(hit->memo_py, vals + nnat, (size_t)npy * sizeof vals[0]);
+    }
+    return id;
+}
+
+/* The interned id of a whole stack: the thread's exact cache, else the
+ * tree. */
+static uint32_t stack_id(cs_thread *t, const uint64_t *vals, int n, int importing)
+{
     /* one multiply a frame, one full mix at the end: only picks a set, the
      * match itself is exact */
     uint64_t h = 0x12345;
