@@ -58,19 +58,21 @@ static known handlers[MAX_HANDLERS];
 static int nhandlers;
 static int any_device; /* some handler serves another device: check exports */
 static cs_spin hmu = CS_SPIN_INIT;
-/* the ctx pointers of known handlers lie in [ctx_lo, ctx_hi]: every free()
- * of the process is tested against that range before taking hmu */
-static _Atomic uintptr_t ctx_lo = UINTPTR_MAX, ctx_hi;
+/* the ctx pointers of known handlers, as bits of a 4096-bit filter: every
+ * free() of the process tests one bit before taking hmu */
+static _Atomic uint64_t ctx_bits[64];
+
+static unsigned ctx_bit(uintptr_t p)
+{
+    return (unsigned)(((uint64_t)(p >> 4) * 0x9e3779b97f4a7c15ull) >> 52);
+}
 
 static void watch_ctx(const void *ctx)
 {
-    uintptr_t c = (uintptr_t)ctx;
-    if (!c)
-        return;
-    if (c < atomic_load(&ctx_lo))
-        atomic_store(&ctx_lo, c);
-    if (c > atomic_load(&ctx_hi))
-        atomic_store(&ctx_hi, c);
+    if (ctx) {
+        unsigned b = ctx_bit((uintptr_t)ctx);
+        atomic_fetch_or(&ctx_bits[b >> 6], 1ull << (b & 63));
+    }
 }
 
 static __thread const void *cur_cap __attribute__((tls_model("initial-exec")));
@@ -88,7 +90,6 @@ static known *known_of(const np_handler *h)
             return &handlers[i];
     return NULL;
 }
-
 
 /* R27: a handler numpy will call must be whole. */
 static uint32_t validate(const char *capname, const np_handler *h)
@@ -379,8 +380,8 @@ static void note_ctx_free(uintptr_t p)
 static void hook_free(void *p)
 {
     uintptr_t a = (uintptr_t)p;
-    if (a >= atomic_load_explicit(&ctx_lo, memory_order_relaxed) &&
-        a <= atomic_load_explicit(&ctx_hi, memory_order_relaxed))
+    unsigned b = ctx_bit(a);
+    if (atomic_load_explicit(&ctx_bits[b >> 6], memory_order_relaxed) & (1ull << (b & 63)))
         note_ctx_free(a);
     if (foreign_pending) {
         foreign_pending = 0;
