@@ -87,8 +87,12 @@ void cs_stack_init(const void *self)
     }
 }
 
+static _Atomic uint32_t chains_gen;
+
 void cs_stack_flush(void)
 {
+    /* the chain caches hold return addresses into what was unloaded */
+    atomic_fetch_add(&chains_gen, 1);
     /* libunwind keys its cache by address: unloaded objects leave stale
      * entries; dropping all of it is cheap and rare */
     if (unw_flush && unw_space)
@@ -296,7 +300,10 @@ typedef struct cs_stack_cache {
     uint8_t chain_mru[RSETS];
     uint32_t learn_credit;
     int credit_init;
-    uintptr_t stack_hi;  /* top of this thread's stack */
+    uint32_t chain_gen;  /* chains are forgotten when an object is unloaded */
+    uintptr_t stack_lo, stack_hi; /* this thread's stack: the fast path
+                                   * reads only inside it (not on a
+                                   * sigaltstack, not on foreign stacks) */
     uint8_t victim[CSETS];
     struct { const void *code; int lasti; int line; uint32_t code_id; } lines[LSETS];
     uint8_t eval_depth[32]; /* per site: raw frames up to the eval loop, learned */
@@ -465,28 +472,29 @@ int cs_stack_raw(uint32_t id, uint64_t *vals, int max)
     return n;
 }
 
-static uintptr_t thread_stack_hi(void)
+static void thread_stack(cs_stack_cache *c)
 {
     pthread_attr_t a;
     void *lo;
     size_t sz;
-    uintptr_t hi = 0;
+    c->stack_lo = c->stack_hi = 0;
     if (pthread_getattr_np(pthread_self(), &a) == 0) {
-        if (pthread_attr_getstack(&a, &lo, &sz) == 0)
-            hi = (uintptr_t)lo + sz;
+        if (pthread_attr_getstack(&a, &lo, &sz) == 0) {
+            c->stack_lo = (uintptr_t)lo;
+            c->stack_hi = (uintptr_t)lo + sz;
+        }
         pthread_attr_destroy(&a);
     }
-    return hi;
 }
 
 /* The stack slot holding the first return address outside capsan: capsan
  * is built with frame pointers, so its own frames chain through rbp up to
  * the hook that foreign code called. */
-static __attribute__((noinline)) uintptr_t *foreign_slot(uintptr_t hi)
+static __attribute__((noinline)) uintptr_t *foreign_slot(uintptr_t lo, uintptr_t hi)
 {
     uintptr_t *fp = __builtin_frame_address(0);
     for (int i = 0; i < 16; i++) {
-        if ((uintptr_t)fp + 16 > hi)
+        if ((uintptr_t)fp < lo || (uintptr_t)fp + 16 > hi)
             return NULL;
         if (fp[1] < self_lo || fp[1] >= self_hi)
             return &fp[1];
@@ -588,13 +596,18 @@ uint32_t cs_stack_capture(cs_thread *t, int gil, int python_only, unsigned site)
     const uintptr_t *slot0 = NULL;
     if (nd > 0 && (gil ? eval_hi != 0 : 1) && unw_cur_step && cs_opt.fast_unwind) {
         if (!t->cache->stack_hi)
-            t->cache->stack_hi = thread_stack_hi();
+            thread_stack(t->cache);
         if (t->cache->stack_hi)
-            slot0 = foreign_slot(t->cache->stack_hi);
+            slot0 = foreign_slot(t->cache->stack_lo, t->cache->stack_hi);
     }
     rentry *hit = NULL;
     if (slot0) {
         cs_stack_cache *c = t->cache;
+        uint32_t g = atomic_load_explicit(&chains_gen, memory_order_relaxed);
+        if (c->chain_gen != g) {
+            memset(c->chain, 0, sizeof c->chain);
+            c->chain_gen = g;
+        }
         if (!c->credit_init) {
             c->credit_init = 1;
             c->learn_credit = LEARN_MAX;
