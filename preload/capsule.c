@@ -304,6 +304,9 @@ static PyObject_ *hook_New(void *ptr, const char *name, cs_capsule_dtor dtor)
     return cap;
 }
 
+/* a tracked capsule was given an unconsumed name again (hook_GetPointer) */
+static _Atomic int renamed_back;
+
 static int consumer_ignores_offset(const void *ret)
 {
     Dl_info di;
@@ -343,7 +346,9 @@ static int hook_SetName(PyObject_ *cap, const char *name)
                           .extra = CS_BAD_MUTATED, .stack = ev.stack};
             cs_emit(&b, 0, NULL, NULL);
         }
-    } else if (nk != NK_DL && nk != NK_DLV) {
+    } else if (nk == NK_DL || nk == NK_DLV) {
+        atomic_store_explicit(&renamed_back, 1, memory_order_relaxed);
+    } else {
         cs_event b = {.kind = CS_EV_BAD_TENSOR, .obj = (uint64_t)(uintptr_t)e.mt,
                       .a = (uint64_t)(uintptr_t)cap, .aux = 7, .extra = CS_BAD_RENAME};
         cs_emit(&b, 1, NULL, NULL);
@@ -370,7 +375,11 @@ static void *hook_GetPointer(PyObject_ *cap, const char *name)
         ev.kind = CS_EV_GETPTR_USED;
     } else {
         /* a consumer reading an unconsumed capsule: only a released
-         * tensor makes that an event (the normal case costs one lookup) */
+         * tensor makes that an event. A tensor is released while its
+         * capsule still has an unconsumed name only after a finding
+         * (dlpack-not-renamed) or a rename back: until then, no lookup */
+        if (!cs_findings_total() && !atomic_load_explicit(&renamed_back, memory_order_relaxed))
+            return p;
         cs_lc_lock(cs_lc, ev.obj);
         int st = cs_lc_state(cs_lc, CS_NS_DLPACK, ev.obj);
         cs_lc_unlock(cs_lc, ev.obj);

@@ -178,6 +178,20 @@ def test_reconsume(tmp_path, interp):
     assert f"dl_reconsume.py:{line}" in res.stderr, res.stderr
 
 
+def test_reconsume_after_rename_back(tmp_path):
+    """No finding precedes this one: capsan must still look the tensor up
+    when a capsule was given an unconsumed name again."""
+    script = S / "dl_renamed_back.py"
+    res = run_capsan(script, tmp_path, options=["protect=1"])
+    error_exit(res)
+    assert "consumed twice 28.0" in res.stdout, res.describe()
+    # the read through the capsule that claims to be unused
+    assert_finding_at(res, "dlpack-reconsume", script, "reconsume", event="reconsume")
+    # and what follows from it: the released struct's memory no longer
+    # matches its export (R20), and its deleter runs again
+    only_kinds(res, ["dlpack-reconsume", "dlpack-bad-tensor", "dlpack-double-delete"])
+
+
 # ---------------------------------------------------------------- leak
 
 def test_leak_consumed_never_deleted(tmp_path, interp):
