@@ -690,27 +690,67 @@ void cs_lc_fork_child(cs_lifecycle *lc)
         }
 }
 
-int cs_lc_report_live(cs_lifecycle *lc, int ns, uint64_t origin_c)
+/* Call fn on every live, unreported object of namespace ns, its stripe
+ * locked. */
+static void each_live(cs_lifecycle *lc, int ns, void (*fn)(cs_lifecycle *, obj *, void *),
+                      void *ud)
 {
-    int n = 0;
     for (int i = 0; i < NSTRIPES; i++) {
         stripe *st = &lc->s[i];
         if (lc->threadsafe)
             cs_spin_lock(&st->mu);
         for (size_t k = 0; k < st->cap; k++) {
             obj *o = &st->tab[k];
-            if (!o->key || o->ns != ns || o->state != CS_ST_CREATED || !o->nhist ||
-                o->hist[0].c != origin_c || (o->flags & OF_LEAK_REPORTED))
-                continue;
-            o->flags |= OF_LEAK_REPORTED;
-            report(lc, NULL, ns == CS_NS_NUMPY ? CS_KIND_NUMPY_LEAK : CS_KIND_DLPACK_LEAK, o, NULL,
-                   0, 0);
-            n++;
+            if (o->key && o->ns == ns && o->state == CS_ST_CREATED &&
+                !(o->flags & OF_LEAK_REPORTED))
+                fn(lc, o, ud);
         }
         if (lc->threadsafe)
             cs_spin_unlock(&st->mu);
     }
-    return n;
+}
+
+typedef struct live_report {
+    uint64_t origin_c;
+    int n;
+} live_report;
+
+static void report_if_from(cs_lifecycle *lc, obj *o, void *ud)
+{
+    live_report *r = ud;
+    if (!o->nhist || o->hist[0].c != r->origin_c)
+        return;
+    o->flags |= OF_LEAK_REPORTED;
+    report(lc, NULL, o->ns == CS_NS_NUMPY ? CS_KIND_NUMPY_LEAK : CS_KIND_DLPACK_LEAK, o, NULL, 0,
+           0);
+    r->n++;
+}
+
+int cs_lc_report_live(cs_lifecycle *lc, int ns, uint64_t origin_c)
+{
+    live_report r = {origin_c, 0};
+    each_live(lc, ns, report_if_from, &r);
+    return r.n;
+}
+
+typedef struct key_list {
+    uint64_t *v;
+    size_t n, cap;
+} key_list;
+
+static void collect_key(cs_lifecycle *lc, obj *o, void *ud)
+{
+    (void)lc;
+    key_list *l = ud;
+    if (l->n == l->cap) {
+        size_t nc = l->cap ? l->cap * 2 : 256;
+        uint64_t *nv = realloc(l->v, nc * sizeof *nv);
+        if (!nv)
+            return;
+        l->v = nv;
+        l->cap = nc;
+    }
+    l->v[l->n++] = o->key;
 }
 
 static int cmp_u64(const void *a, const void *b)
@@ -721,34 +761,12 @@ static int cmp_u64(const void *a, const void *b)
 
 size_t cs_lc_live_keys(cs_lifecycle *lc, int ns, uint64_t **out)
 {
-    size_t n = 0, cap = 0;
-    uint64_t *v = NULL;
-    for (int i = 0; i < NSTRIPES; i++) {
-        stripe *st = &lc->s[i];
-        if (lc->threadsafe)
-            cs_spin_lock(&st->mu);
-        for (size_t k = 0; k < st->cap; k++) {
-            obj *o = &st->tab[k];
-            if (!o->key || o->ns != ns || o->state != CS_ST_CREATED ||
-                (o->flags & OF_LEAK_REPORTED))
-                continue;
-            if (n == cap) {
-                size_t nc = cap ? cap * 2 : 256;
-                uint64_t *nv = realloc(v, nc * sizeof *nv);
-                if (!nv)
-                    break;
-                v = nv;
-                cap = nc;
-            }
-            v[n++] = o->key;
-        }
-        if (lc->threadsafe)
-            cs_spin_unlock(&st->mu);
-    }
-    if (n)
-        qsort(v, n, sizeof *v, cmp_u64);
-    *out = v;
-    return n;
+    key_list l = {NULL, 0, 0};
+    each_live(lc, ns, collect_key, &l);
+    if (l.n)
+        qsort(l.v, l.n, sizeof *l.v, cmp_u64);
+    *out = l.v;
+    return l.n;
 }
 
 int cs_lc_state(cs_lifecycle *lc, int ns, uint64_t o)

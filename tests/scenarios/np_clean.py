@@ -30,6 +30,16 @@ only = sys.argv[2:] or ["aligned", "threads", "asyncio", "views", "ops", "voids"
 handler_name = np.core.multiarray.get_handler_name
 
 
+def in_scope(traced, run):
+    """run() in a trace scope of its own (kept in `scopes`), or plainly."""
+    if traced:
+        with capsan.trace() as t:
+            run()
+        scopes.append(t)
+    else:
+        run()
+
+
 def work(n=50):
     s = 0.0
     for i in range(n):
@@ -97,12 +107,7 @@ def threads_section(traced):
             th.join()
         shared.clear()
 
-    if traced:
-        with capsan.trace() as t:
-            run()
-        scopes.append(t)
-    else:
-        run()
+    in_scope(traced, run)
     assert not errors, errors[:3]
 
 
@@ -154,12 +159,7 @@ def views_section(traced):
         f = np.empty(0).view(MyArr)  # a 0-byte array still owns a 1-byte block
         del c, e, f
 
-    if traced:
-        with capsan.trace() as t:
-            run()
-        scopes.append(t)
-    else:
-        run()
+    in_scope(traced, run)
 
 
 def ops_section(traced):
@@ -185,12 +185,7 @@ def ops_section(traced):
         del a, r, r0, b, c, s, s2, g, g2, p, q, t
         work()
 
-    if traced:
-        with capsan.trace() as t:
-            run()
-        scopes.append(t)
-    else:
-        run()
+    in_scope(traced, run)
 
 
 def voids_section(traced):
@@ -219,12 +214,7 @@ def voids_section(traced):
             del v  # into the cache, which keeps them to the end
             del drain
 
-    if traced:
-        with capsan.trace() as t:
-            run()
-        scopes.append(t)
-    else:
-        run()
+    in_scope(traced, run)
 
 
 scopes = []
