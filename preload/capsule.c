@@ -378,7 +378,7 @@ static void *hook_GetPointer(PyObject_ *cap, const char *name)
          * tensor makes that an event. A tensor is released while its
          * capsule still has an unconsumed name only after a finding
          * (dlpack-not-renamed) or a rename back: until then, no lookup */
-        if (!cs_findings_total() && !atomic_load_explicit(&renamed_back, memory_order_relaxed))
+        if (!cs_findings_judged() && !atomic_load_explicit(&renamed_back, memory_order_relaxed))
             return p;
         cs_lc_lock(cs_lc, ev.obj);
         int st = cs_lc_state(cs_lc, CS_NS_DLPACK, ev.obj);

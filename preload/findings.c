@@ -40,9 +40,13 @@ void cs_findings_init(void)
         dprintf(2, "capsan: %s\n", err);
 }
 
+/* findings judged, suppressed or not */
+static _Atomic unsigned n_judged;
+
 void cs_findings_cb(void *ud, const cs_finding *f)
 {
     (void)ud;
+    atomic_fetch_add_explicit(&n_judged, 1, memory_order_relaxed);
     if (npending == cappending) {
         unsigned ncap = cappending ? cappending * 2 : 4;
         cs_finding *n = realloc(pending, ncap * sizeof *n);
@@ -56,6 +60,7 @@ void cs_findings_cb(void *ud, const cs_finding *f)
 
 unsigned cs_findings_errors(void) { return atomic_load(&n_errors); }
 unsigned cs_findings_total(void) { return atomic_load(&n_total); }
+unsigned cs_findings_judged(void) { return atomic_load_explicit(&n_judged, memory_order_relaxed); }
 
 /* ---- an in-process stack source: dladdr names, good enough live; the
  * report tool symbolizes with DWARF ---- */

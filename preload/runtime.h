@@ -34,6 +34,8 @@ void cs_findings_cb(void *ud, const cs_finding *f);
 void cs_findings_flush(void);
 unsigned cs_findings_errors(void);
 unsigned cs_findings_total(void);
+/* every finding the lifecycle made, suppressed ones included */
+unsigned cs_findings_judged(void);
 void cs_findings_summary(void);
 
 /* Finish the process's trace (leak check when how == CS_END_EXIT) and
