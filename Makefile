@@ -16,11 +16,12 @@ CFLAGS   ?= -O2 -g
 CFLAGS   += -std=c11 -D_GNU_SOURCE $(WARN) -fno-omit-frame-pointer
 # the runtime: PIC, hidden by default (only capsan_* is exported), no libpython link
 RT_CFLAGS := $(CFLAGS) -fPIC -fvisibility=hidden -I$(PYINC) -Ipreload -Ireports
-RT_SRC   := $(wildcard preload/*.c) reports/render.c reports/suppress.c reports/json.c
+RT_SHARED := reports/render.c reports/suppress.c reports/json.c reports/leakgroups.c
+RT_SRC   := $(wildcard preload/*.c) $(RT_SHARED)
 RT_OBJ   := $(patsubst %.c,$(B)/obj/rt/%.o,$(RT_SRC))
 # the report tool
-CLI_SRC  := $(filter-out reports/render.c reports/suppress.c reports/json.c,$(wildcard reports/*.c))
-CLI_OBJ  := $(patsubst %.c,$(B)/obj/cli/%.o,$(CLI_SRC) preload/lifecycle.c reports/render.c reports/suppress.c reports/json.c)
+CLI_SRC  := $(filter-out $(RT_SHARED),$(wildcard reports/*.c))
+CLI_OBJ  := $(patsubst %.c,$(B)/obj/cli/%.o,$(CLI_SRC) preload/lifecycle.c $(RT_SHARED))
 CLI_LIBS := -ldw -lelf -lm
 FIX_SRC  := $(wildcard tests/fixtures/*.c)
 FIX_SO   := $(patsubst tests/fixtures/%.c,$(B)/tests/%.so,$(FIX_SRC))

@@ -13,6 +13,7 @@
 #include "options.h"
 #include "capsan.h"
 #include "json.h"
+#include "leakgroups.h"
 #include "render.h"
 #include "runtime.h"
 #include "stack.h"
@@ -113,13 +114,27 @@ static cs_proc_info proc_info(void)
     return p;
 }
 
-void cs_findings_flush(void)
+static int is_leak(const cs_finding *f)
+{
+    return f->kind == CS_KIND_DLPACK_LEAK || f->kind == CS_KIND_NUMPY_LEAK;
+}
+
+static int may_print(void)
+{
+    /* max_findings=0 shows them all, as LeakSanitizer's max_leaks */
+    return cs_opt.max_findings <= 0 || printed < (unsigned)cs_opt.max_findings;
+}
+
+/* Print and count what the lifecycle found. At exit (`grouped`), leaks are
+ * grouped by where they were made, as LeakSanitizer prints them. */
+static void flush(int grouped)
 {
     if (!npending)
         return;
     int text = strcmp(cs_opt.report, "text") == 0;
     cs_out o = {out_fd, NULL, text && isatty(2)};
     cs_proc_info p = proc_info();
+    cs_leak_groups groups = {0};
     pthread_mutex_lock(&print_mu);
     for (unsigned i = 0; i < npending; i++) {
         if (supp && cs_supp_match(supp, &pending[i], &live_src)) {
@@ -140,15 +155,31 @@ void cs_findings_flush(void)
         }
         if (nlog < caplog)
             logbuf[nlog++] = pending[i];
-        /* max_findings=0 shows them all, as LeakSanitizer's max_leaks */
-        if (text && (cs_opt.max_findings <= 0 || printed < (unsigned)cs_opt.max_findings)) {
+        if (!text)
+            continue;
+        if (grouped && is_leak(&pending[i]) && cs_lg_add(&groups, &pending[i]) == 0)
+            continue;
+        if (may_print()) {
             cs_render_text_finding(&o, &p, &pending[i], &live_src);
             printed++;
         }
     }
+    const cs_leak_group **v;
+    size_t n = cs_lg_sorted(&groups, &v);
+    for (size_t i = 0; i < n; i++) {
+        if (!may_print())
+            continue;
+        cs_render_text_leak_group(&o, &p, &v[i]->first, v[i]->count, v[i]->bytes, &live_src);
+        printed += v[i]->count;
+    }
+    free(v);
+    cs_lg_free(&groups);
     pthread_mutex_unlock(&print_mu);
     npending = 0;
 }
+
+void cs_findings_flush(void) { flush(0); }
+void cs_findings_flush_exit(void) { flush(1); }
 
 void cs_findings_summary(void)
 {

@@ -253,7 +253,7 @@ int cs_runtime_finish(int how, int status)
     cs_recording = 0;
     if (how == CS_END_EXIT && !api_mode) {
         cs_lc_finish(cs_lc, how);
-        cs_findings_flush();
+        cs_findings_flush_exit();
     }
     /* the status the process really exits with: capsan's exitcode when it
      * found errors (LeakSanitizer's convention), else the program's */

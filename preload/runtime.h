@@ -32,6 +32,8 @@ void cs_deleter_nogil(int on);
 void cs_findings_init(void); /* loads the suppressions option */
 void cs_findings_cb(void *ud, const cs_finding *f);
 void cs_findings_flush(void);
+/* At exit: the same, with leaks grouped by where they were made. */
+void cs_findings_flush_exit(void);
 unsigned cs_findings_errors(void);
 unsigned cs_findings_total(void);
 /* every finding the lifecycle made, suppressed ones included */

@@ -19,6 +19,7 @@
 #include "html.h"
 #include "json.h"
 #include "reader.h"
+#include "leakgroups.h"
 #include "render.h"
 #include "suppress.h"
 #include "symbolize.h"
@@ -38,18 +39,6 @@ typedef struct entry {
     char *line;               /* "PID ARGV: ENDED; N error(s)..." */
 } entry;
 
-/* Leaks of one kind whose first event had the same stack. */
-typedef struct group {
-    int used;
-    uint16_t kind;
-    uint8_t evkind;
-    uint32_t stack;
-    unsigned count;
-    uint64_t bytes;
-    size_t seq;
-    cs_finding first;
-} group;
-
 typedef struct report_ctx {
     cs_trace *t;
     cs_symbolizer *sym;
@@ -65,9 +54,7 @@ typedef struct report_ctx {
     long max_flag;            /* --max-findings, -1 if not given */
     long max;                 /* this process's limit; 0 = all */
     unsigned shown, omitted;
-    /* leak groups (text) */
-    group *groups;
-    size_t gcap, gn;
+    cs_leak_groups groups;    /* leaks (text) */
     /* --gen-suppressions: lines printed so far (a set) */
     char **lines;
     size_t lcap, ln;
@@ -110,75 +97,22 @@ static int src_code(void *ud, uint32_t code_id, const char **file, const char **
 
 /* ---- leak groups ------------------------------------------------------------- */
 
-static uint64_t group_key(const cs_finding *f)
-{
-    const cs_event *e = f->nevents ? &f->events[0] : NULL;
-    return cs_hash64(((uint64_t)f->kind << 40) ^ ((uint64_t)(e ? e->kind : 0) << 32) ^
-                  (e ? e->stack : 0));
-}
-
-static int group_same(const group *g, const cs_finding *f)
-{
-    const cs_event *e = f->nevents ? &f->events[0] : NULL;
-    return g->kind == f->kind && g->evkind == (e ? e->kind : 0) && g->stack == (e ? e->stack : 0);
-}
-
 static void group_add(report_ctx *c, const cs_finding *f)
 {
-    if ((c->gn + 1) * 2 > c->gcap) {
-        size_t ncap = c->gcap ? c->gcap * 2 : 64;
-        group *n = cs_xcalloc(ncap, sizeof *n);
-        for (size_t i = 0; i < c->gcap; i++) {
-            if (!c->groups[i].used)
-                continue;
-            size_t j = group_key(&c->groups[i].first) & (ncap - 1);
-            while (n[j].used)
-                j = (j + 1) & (ncap - 1);
-            n[j] = c->groups[i];
-        }
-        free(c->groups);
-        c->groups = n;
-        c->gcap = ncap;
+    if (cs_lg_add(&c->groups, f) != 0) {
+        fprintf(stderr, "capsan: out of memory\n");
+        exit(1);
     }
-    size_t j = group_key(f) & (c->gcap - 1);
-    while (c->groups[j].used && !group_same(&c->groups[j], f))
-        j = (j + 1) & (c->gcap - 1);
-    group *g = &c->groups[j];
-    if (!g->used) {
-        g->used = 1;
-        g->kind = f->kind;
-        g->evkind = f->nevents ? f->events[0].kind : 0;
-        g->stack = f->nevents ? f->events[0].stack : 0;
-        g->seq = c->gn++;
-        g->first = *f;
-    } else if (f->nevents && g->first.nevents &&
-               f->events[0].time_ns < g->first.events[0].time_ns) {
-        g->first = *f;          /* the example is the oldest of them */
-    }
-    g->count++;
-    g->bytes += f->bytes;
-}
-
-static int group_cmp(const void *a, const void *b)
-{
-    const group *x = *(const group *const *)a, *y = *(const group *const *)b;
-    if (x->bytes != y->bytes)
-        return x->bytes > y->bytes ? -1 : 1;
-    if (x->count != y->count)
-        return x->count > y->count ? -1 : 1;
-    return x->seq < y->seq ? -1 : x->seq > y->seq;
 }
 
 static void groups_render(report_ctx *c)
 {
-    if (!c->gn)
-        return;
-    group **v = cs_xcalloc(c->gn, sizeof *v);
-    size_t n = 0;
-    for (size_t i = 0; i < c->gcap; i++)
-        if (c->groups[i].used)
-            v[n++] = &c->groups[i];
-    qsort(v, n, sizeof *v, group_cmp);
+    const cs_leak_group **v;
+    size_t n = cs_lg_sorted(&c->groups, &v);
+    if (!n && c->groups.n) {
+        fprintf(stderr, "capsan: out of memory\n");
+        exit(1);
+    }
     for (size_t i = 0; i < n; i++) {
         if (c->max && c->shown >= (unsigned long)c->max) {
             c->omitted += v[i]->count;
@@ -188,8 +122,7 @@ static void groups_render(report_ctx *c)
         c->shown++;
     }
     free(v);
-    memset(c->groups, 0, c->gcap * sizeof *c->groups);
-    c->gn = 0;
+    cs_lg_clear(&c->groups);
 }
 
 /* ---- --gen-suppressions --------------------------------------------------------- */
@@ -791,7 +724,7 @@ done:
     for (size_t i = 0; i < c.lcap; i++)
         free(c.lines[i]);
     free(c.lines);
-    free(c.groups);
+    cs_lg_free(&c.groups);
     for (size_t i = 0; i < n; i++)
         free(ents[i].line);
     free(order);

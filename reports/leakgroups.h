@@ -1,0 +1,39 @@
+/* Leaks grouped as LeakSanitizer groups them: by kind and the stack of
+ * their first event (where the object was allocated or exported), with a
+ * count, the bytes, and the oldest one as the example. Shared by the
+ * runtime's exit report and `capsan report`. */
+#ifndef CAPSAN_LEAKGROUPS_H
+#define CAPSAN_LEAKGROUPS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "lifecycle.h"
+
+typedef struct cs_leak_group {
+    int used;
+    uint16_t kind;
+    uint8_t evkind;
+    uint32_t stack;
+    unsigned count;
+    uint64_t bytes;
+    size_t seq;
+    cs_finding first;
+} cs_leak_group;
+
+typedef struct cs_leak_groups {
+    cs_leak_group *tab;
+    size_t cap, n;
+} cs_leak_groups;
+
+/* Add a leak finding; -1 when out of memory (nothing added). */
+int cs_lg_add(cs_leak_groups *g, const cs_finding *f);
+/* The groups, most bytes first (then most objects, then first seen);
+ * *out is malloc'd, the caller frees it. Returns how many (0: none, or out
+ * of memory). */
+size_t cs_lg_sorted(const cs_leak_groups *g, const cs_leak_group ***out);
+/* Empty (keeps the table), and free it. */
+void cs_lg_clear(cs_leak_groups *g);
+void cs_lg_free(cs_leak_groups *g);
+
+#endif
