@@ -94,6 +94,7 @@ struct cs_lifecycle {
     uint64_t *kept;
     size_t nkept, capkept;
     uint32_t gen;
+    _Atomic int any_traced; /* some object has a finding: look for it per event */
     stripe s[NSTRIPES];
 };
 
@@ -317,6 +318,7 @@ static void report(cs_lifecycle *lc, judge *j, int kind, obj *o, const cs_event 
     /* the evidence reaches the trace before anyone hears of the finding */
     if (o && o->key) {
         o->flags |= OF_TRACED;
+        atomic_store_explicit(&lc->any_traced, 1, memory_order_relaxed);
         flush(lc, o, j);
     }
     if (lc->sink && j && ev == j->cur && !j->written) {
@@ -667,7 +669,7 @@ unsigned cs_lc_event(cs_lifecycle *lc, const cs_event *ev)
     judge j = {ev, 0, 0};
     int ns = ev->kind >= CS_EV_NP_ALLOC ? CS_NS_NUMPY : CS_NS_DLPACK;
     unsigned v = ns == CS_NS_NUMPY ? numpy_event(lc, st, ev, &j) : dlpack_event(lc, st, ev, &j);
-    if (lc->sink && !j.written) {
+    if (lc->sink && !j.written && atomic_load_explicit(&lc->any_traced, memory_order_relaxed)) {
         /* an object with findings keeps being written as it happens (it
          * may have moved in the table: look it up again) */
         obj *o = find(st, ev->obj, ns);
@@ -682,6 +684,7 @@ unsigned cs_lc_event(cs_lifecycle *lc, const cs_event *ev)
 
 void cs_lc_fork_child(cs_lifecycle *lc)
 {
+    atomic_store(&lc->any_traced, 0);
     for (int i = 0; i < NSTRIPES; i++)
         for (size_t k = 0; k < lc->s[i].cap; k++) {
             obj *o = &lc->s[i].tab[k];
