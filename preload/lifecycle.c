@@ -76,6 +76,7 @@ typedef struct stripe {
     tomb fifo[TOMB_PER_STRIPE];
     cs_event *free_hist;   /* recycled history blocks (first word links them) */
     unsigned fifo_head, fifo_len;
+    uint64_t nevents;      /* events judged here (counted under mu) */
     char pad[64];
 } stripe;
 
@@ -660,6 +661,7 @@ static int delete_will_skip(stripe *st, const cs_event *ev)
 unsigned cs_lc_event(cs_lifecycle *lc, const cs_event *ev)
 {
     stripe *st = stripe_of(lc, ev->obj);
+    st->nevents++;
     cs_event marked;
     if (lc->protect && lc->sink && ev->kind == CS_EV_DELETE && delete_will_skip(st, ev)) {
         marked = *ev;
@@ -682,9 +684,19 @@ unsigned cs_lc_event(cs_lifecycle *lc, const cs_event *ev)
     return v;
 }
 
+uint64_t cs_lc_events(cs_lifecycle *lc)
+{
+    uint64_t n = 0;
+    for (int i = 0; i < NSTRIPES; i++)
+        n += __atomic_load_n(&lc->s[i].nevents, __ATOMIC_RELAXED);
+    return n;
+}
+
 void cs_lc_fork_child(cs_lifecycle *lc)
 {
     atomic_store(&lc->any_traced, 0);
+    for (int i = 0; i < NSTRIPES; i++)
+        lc->s[i].nevents = 0;
     for (int i = 0; i < NSTRIPES; i++)
         for (size_t k = 0; k < lc->s[i].cap; k++) {
             obj *o = &lc->s[i].tab[k];

@@ -89,6 +89,9 @@ unsigned cs_lc_event(cs_lifecycle *lc, const cs_event *ev);
  * released them. Returns the number of findings it reported. */
 int cs_lc_finish(cs_lifecycle *lc, int how);
 
+/* Events judged so far (a forked child counts its own). */
+uint64_t cs_lc_events(cs_lifecycle *lc);
+
 /* Live objects right now (tests, reports). */
 size_t cs_lc_live(cs_lifecycle *lc);
 

@@ -37,14 +37,13 @@ static atomic_int started, finished;
 /* started by `import capsan` rather than LD_PRELOAD: findings go to the
  * Python API; the exit status and exit-time report stay the program's */
 static int api_mode;
-static _Atomic uint64_t n_events;
 static _Atomic uint64_t next_counts; /* when the next COUNTS record is due */
 
 static void write_counts(uint64_t now)
 {
     cs_lc_totals t;
     cs_lc_totals_get(cs_lc, &t);
-    cs_rec_counts c = {.time_ns = now, .events = atomic_load(&n_events),
+    cs_rec_counts c = {.time_ns = now, .events = (cs_lc ? cs_lc_events(cs_lc) : 0),
                        .live_dlpack = (uint64_t)t.dlpack, .live_dlpack_bytes = (uint64_t)t.dlpack_bytes,
                        .live_numpy = (uint64_t)t.numpy, .live_numpy_bytes = (uint64_t)t.numpy_bytes};
     cs_trace_write(CS_REC_COUNTS, &c, sizeof c);
@@ -114,7 +113,6 @@ unsigned cs_emit(cs_event *ev, int want_stack, cs_event *origin, int *found)
     if (cs_opt.record_all)
         cs_trace_write(CS_REC_EVENT, ev, sizeof *ev);
     cs_lc_unlock(cs_lc, ev->obj);
-    atomic_fetch_add_explicit(&n_events, 1, memory_order_relaxed);
     maybe_counts(ev->time_ns);
     cs_findings_flush();
     t->busy = 0;
@@ -262,7 +260,7 @@ int cs_runtime_finish(int how, int status)
     if (cs_trace_started()) {
         write_counts(cs_now_ns());
         cs_rec_end e = {.how = (uint32_t)how, .status = final, .time_ns = cs_now_ns(),
-                        .events = atomic_load(&n_events)};
+                        .events = (cs_lc ? cs_lc_events(cs_lc) : 0)};
         cs_trace_write(CS_REC_END, &e, sizeof e);
     }
     if (!api_mode) {
@@ -459,7 +457,6 @@ static void fork_child(void)
         cs_lc_unlock_all(cs_lc);
         cs_lc_fork_child(cs_lc);
     }
-    atomic_store(&n_events, 0);
     atomic_store(&next_counts, 0);
     /* the child writes its own log_path.PID, starting with what it
      * inherited; its findings and exit status are its own */
@@ -482,7 +479,7 @@ static void on_crash(int sig, siginfo_t *si, void *ucv)
         if (cs_trace_started()) {
             cs_rec_end e = {.how = CS_END_SIGNAL, .status = sig, .time_ns = cs_now_ns(),
                             .fault_addr = (uint64_t)(uintptr_t)si->si_addr, .pc = pc,
-                            .events = atomic_load(&n_events)};
+                            .events = (cs_lc ? cs_lc_events(cs_lc) : 0)};
             cs_trace_write(CS_REC_END, &e, sizeof e);
             cs_trace_close();
         }
