@@ -30,12 +30,9 @@ enum {
 
 /* strcmp against a literal without a library call: these run on every
  * NumPy allocation and every DLPack exchange */
-static inline int eq(const char *s, const char *lit)
-{
-    while (*lit && *s == *lit)
-        s++, lit++;
-    return *s == *lit;
-}
+/* glibc's strcmp compares a vector at a time: names are checked on every
+ * capsule call */
+static inline int eq(const char *s, const char *lit) { return strcmp(s, lit) == 0; }
 
 static int name_kind(const char *n)
 {
@@ -175,7 +172,7 @@ static int in_dtor_of(const void *cap)
 static void deleter_tramp(void *mt)
 {
     cs_thread *t = cs_thread_get();
-    int nogil = cs_recording && cs_py.ok && cs_py.IsInitialized() && !cs_py.GILState_Check();
+    int nogil = cs_recording && cs_py.ok && cs_py.IsInitialized() && !cs_gil_held();
     void *dcap = t ? t->dtor_capsule : NULL;
     cs_event ev = {.kind = CS_EV_DELETE, .obj = (uint64_t)(uintptr_t)mt,
                    .a = (uint64_t)(uintptr_t)dcap, .flags = dcap ? CS_EVF_IN_DTOR : 0};

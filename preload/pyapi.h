@@ -57,10 +57,14 @@ extern cs_pyapi cs_py;
  * (an embedding program may load libpython late). */
 int cs_pyapi_init(void);
 
+/* PyGILState_Check() without its thread-specific storage lookup (gil.c);
+ * cs_py.ok must be true. */
+int cs_gil_held(void);
+
 /* The calling thread holds the GIL (0 outside Python). */
 static inline int cs_py_has_gil(void)
 {
-    return cs_py.ok && cs_py.IsInitialized() && cs_py.GILState_Check();
+    return cs_py.ok && cs_py.IsInitialized() && cs_gil_held();
 }
 
 #endif

@@ -87,7 +87,7 @@ unsigned cs_emit(cs_event *ev, int want_stack, cs_event *origin, int *found)
      * may take every lock below */
     cs_thread_note(t);
     int live = cs_py.IsInitialized();
-    int gil = live && cs_py.GILState_Check();
+    int gil = live && cs_gil_held();
     ev->thread = t->num;
     if (gil)
         ev->flags |= CS_EVF_GIL;
@@ -132,7 +132,7 @@ void cs_deleter_nogil(int on) { in_nogil_deleter = on; }
 
 void cs_check_gil(const void *site, int what)
 {
-    if (!cs_recording || !cs_py.ok || cs_py.GILState_Check() || !cs_py.IsInitialized())
+    if (!cs_recording || !cs_py.ok || cs_gil_held() || !cs_py.IsInitialized())
         return;
     if (in_nogil_deleter)
         what = CS_NOGIL_IN_DELETER;
