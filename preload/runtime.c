@@ -93,7 +93,7 @@ unsigned cs_emit(cs_event *ev, int want_stack, cs_event *origin, int *found)
         ev->flags |= CS_EVF_GIL;
     if (!live)
         ev->flags |= CS_EVF_NO_PYTHON;
-    if (want_stack) {
+    if (want_stack && (cs_opt.native_depth > 0 || cs_opt.python_depth > 0)) {
         ev->stack = cs_stack_capture(t, gil, want_stack == CS_STACK_PYTHON, ev->kind);
         if (t->importing)
             ev->flags |= CS_EVF_IMPORT;
