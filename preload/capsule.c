@@ -172,10 +172,14 @@ static int in_dtor_of(const void *cap)
 static void deleter_tramp(void *mt)
 {
     cs_thread *t = cs_thread_get();
-    int nogil = cs_recording && cs_py.ok && cs_py.IsInitialized() && !cs_gil_held();
+    int live = cs_recording && cs_py.ok && cs_py.IsInitialized();
+    int held = live && cs_gil_held();
+    int nogil = live && !held;
     void *dcap = t ? t->dtor_capsule : NULL;
     cs_event ev = {.kind = CS_EV_DELETE, .obj = (uint64_t)(uintptr_t)mt,
-                   .a = (uint64_t)(uintptr_t)dcap, .flags = dcap ? CS_EVF_IN_DTOR : 0};
+                   .a = (uint64_t)(uintptr_t)dcap,
+                   .flags = (uint8_t)((dcap ? CS_EVF_IN_DTOR : 0) |
+                                      (live ? CS_EVF_GIL_KNOWN | (held ? CS_EVF_GIL : 0) : 0))};
     /* which data this release lets go of: numpy's deleter keeps its array
      * alive when it runs during interpreter shutdown (lifecycle.c) */
     if (cs_recording && cs_py.ok && !cs_py.IsInitialized())
@@ -233,7 +237,7 @@ static void capsule_dtor_tramp(PyObject_ *cap)
 
 /* ---- hooks ---- */
 
-static void export(void *mt, PyObject_ *cap, int versioned)
+static void export(void *mt, PyObject_ *cap, int versioned, uint8_t gil_flags)
 {
     void **slot = cs_dl_deleter_slot(mt, versioned);
     void *orig = *slot;
@@ -244,7 +248,7 @@ static void export(void *mt, PyObject_ *cap, int versioned)
     cs_event ev = {.kind = CS_EV_EXPORT, .obj = (uint64_t)(uintptr_t)mt,
                    .a = (uint64_t)(uintptr_t)cap, .b = (uint64_t)(uintptr_t)orig, .c = nbytes,
                    .aux = versioned ? CS_DLV_VERSIONED : 0,
-                   .flags = orig ? 0 : CS_EVF_NULL_DELETER, .extra = fp};
+                   .flags = (uint8_t)((orig ? 0 : CS_EVF_NULL_DELETER) | gil_flags), .extra = fp};
     if (orig == (void *)deleter_tramp) {
         /* exported again while wrapped: keep the original we know */
         cs_event origin;
@@ -272,7 +276,7 @@ static void export(void *mt, PyObject_ *cap, int versioned)
 static PyObject_ *hook_New(void *ptr, const char *name, cs_capsule_dtor dtor)
 {
     int nk = name_kind(name);
-    GIL_CHECK();
+    uint8_t g = (uint8_t)GIL_CHECK();
     if (nk == NK_NONE || !cs_recording)
         return cs_py.Capsule_New(ptr, name, dtor);
     if (nk == NK_NPDL) {
@@ -281,7 +285,7 @@ static PyObject_ *hook_New(void *ptr, const char *name, cs_capsule_dtor dtor)
             /* numpy's own capsule, made inside the from_dlpack call whose
              * consume event has the stack: this one needs none */
             cs_event ev = {.kind = CS_EV_OWN, .obj = (uint64_t)(uintptr_t)ptr,
-                           .a = (uint64_t)(uintptr_t)cap};
+                           .a = (uint64_t)(uintptr_t)cap, .flags = g};
             cs_emit(&ev, 0, NULL, NULL);
         }
         return cap;
@@ -297,7 +301,7 @@ static PyObject_ *hook_New(void *ptr, const char *name, cs_capsule_dtor dtor)
         cs_py.Capsule_SetDestructor(cap, dtor);
         return cap;
     }
-    export(ptr, cap, nk == NK_DLV);
+    export(ptr, cap, nk == NK_DLV, g);
     return cap;
 }
 
@@ -314,7 +318,7 @@ static int consumer_ignores_offset(const void *ret)
 static int hook_SetName(PyObject_ *cap, const char *name)
 {
     void *ret = __builtin_return_address(0);
-    GIL_CHECK();
+    uint8_t g = (uint8_t)GIL_CHECK();
     int nk = name_kind(name);
     if (!cs_recording)
         return cs_py.Capsule_SetName(cap, name);
@@ -327,7 +331,7 @@ static int hook_SetName(PyObject_ *cap, const char *name)
     if (nk == NK_USED || nk == NK_USEDV) {
         cs_event ev = {.kind = CS_EV_CONSUME, .obj = (uint64_t)(uintptr_t)e.mt,
                        .a = (uint64_t)(uintptr_t)cap, .b = (uint64_t)(uintptr_t)ret,
-                       .aux = e.versioned ? CS_DLV_VERSIONED : 0};
+                       .aux = e.versioned ? CS_DLV_VERSIONED : 0, .flags = g};
         uint64_t off = cs_dl_byte_offset(e.mt, e.versioned);
         if (off && consumer_ignores_offset(ret)) {
             ev.flags |= CS_EVF_OFFSET_IGNORED;

@@ -87,7 +87,9 @@ unsigned cs_emit(cs_event *ev, int want_stack, cs_event *origin, int *found)
      * may take every lock below */
     cs_thread_note(t);
     int live = cs_py.IsInitialized();
-    int gil = live && cs_gil_held();
+    unsigned known = ev->flags & (CS_EVF_GIL_KNOWN | CS_EVF_GIL);
+    ev->flags &= (uint8_t)~(CS_EVF_GIL_KNOWN | CS_EVF_GIL);
+    int gil = live && ((known & CS_EVF_GIL_KNOWN) ? (known & CS_EVF_GIL) != 0 : cs_gil_held());
     ev->thread = t->num;
     if (gil)
         ev->flags |= CS_EVF_GIL;
@@ -130,10 +132,14 @@ static cs_spin nogil_mu = CS_SPIN_INIT;
 
 void cs_deleter_nogil(int on) { in_nogil_deleter = on; }
 
-void cs_check_gil(const void *site, int what)
+unsigned cs_check_gil(const void *site, int what)
 {
-    if (!cs_recording || !cs_py.ok || cs_gil_held() || !cs_py.IsInitialized())
-        return;
+    if (!cs_recording || !cs_py.ok)
+        return 0;
+    if (cs_gil_held())
+        return CS_EVF_GIL_KNOWN | CS_EVF_GIL;
+    if (!cs_py.IsInitialized())
+        return 0;
     if (in_nogil_deleter)
         what = CS_NOGIL_IN_DELETER;
     uintptr_t key = (uintptr_t)site ^ (uintptr_t)what;
@@ -150,10 +156,12 @@ void cs_check_gil(const void *site, int what)
         }
     }
     cs_spin_unlock(&nogil_mu);
-    if (!fresh)
-        return;
-    cs_event ev = {.kind = CS_EV_NO_GIL, .obj = (uint64_t)(uintptr_t)site, .aux = (uint16_t)what};
-    cs_emit(&ev, 1, NULL, NULL);
+    if (fresh) {
+        cs_event ev = {.kind = CS_EV_NO_GIL, .obj = (uint64_t)(uintptr_t)site,
+                       .aux = (uint16_t)what, .flags = CS_EVF_GIL_KNOWN};
+        cs_emit(&ev, 1, NULL, NULL);
+    }
+    return CS_EVF_GIL_KNOWN;
 }
 
 /* ---- the trace prologue: who we are, what is loaded, what a forked

@@ -23,8 +23,11 @@ unsigned cs_emit(cs_event *ev, int want_stack, cs_event *export_out, int *found)
 #define CS_STACK_PYTHON 2 /* Python frames only while the GIL is held */
 
 /* A Python-facing call at `site` (a return address) by a thread without
- * the GIL: reported once per site (CS_NOGIL_*). Cheap when the GIL is held. */
-void cs_check_gil(const void *site, int what);
+ * the GIL: reported once per site (CS_NOGIL_*). Cheap when the GIL is held.
+ * Returns event flags that hand the answer on to cs_emit (CS_EVF_GIL_KNOWN,
+ * with CS_EVF_GIL if held), or 0 when it did not look: a hook's events are
+ * emitted in the GIL state the hook was entered in. */
+unsigned cs_check_gil(const void *site, int what);
 /* Set while a deleter entered without the GIL runs on this thread. */
 void cs_deleter_nogil(int on);
 
