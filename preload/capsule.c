@@ -172,7 +172,8 @@ static int in_dtor_of(const void *cap)
 static void deleter_tramp(void *mt)
 {
     cs_thread *t = cs_thread_get();
-    int live = cs_recording && cs_py.ok && cs_py.IsInitialized();
+    int python = cs_recording && cs_py.ok;
+    int live = python && cs_py.IsInitialized();
     int held = live && cs_gil_held();
     int nogil = live && !held;
     void *dcap = t ? t->dtor_capsule : NULL;
@@ -182,7 +183,7 @@ static void deleter_tramp(void *mt)
                                       (live ? CS_EVF_GIL_KNOWN | (held ? CS_EVF_GIL : 0) : 0))};
     /* which data this release lets go of: numpy's deleter keeps its array
      * alive when it runs during interpreter shutdown (lifecycle.c) */
-    if (cs_recording && cs_py.ok && !cs_py.IsInitialized())
+    if (python && !live)
         ev.c = cs_dl_data(mt);
     cs_event origin;
     int found = 0;

@@ -2,6 +2,7 @@
  * points to (see roots.h). */
 #include "roots.h"
 
+#include <dlfcn.h>
 #include <link.h>
 #include <stdlib.h>
 #include <string.h>
@@ -61,21 +62,6 @@ static int object_cb(struct dl_phdr_info *info, size_t size, void *arg)
     return 0;
 }
 
-static int self_cb(struct dl_phdr_info *info, size_t size, void *arg)
-{
-    (void)size;
-    uintptr_t *addr = arg;
-    for (int i = 0; i < info->dlpi_phnum; i++) {
-        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
-        uintptr_t a = info->dlpi_addr + ph->p_vaddr;
-        if (ph->p_type == PT_LOAD && *addr >= a && *addr < a + ph->p_memsz) {
-            *addr = info->dlpi_addr;
-            return 1;
-        }
-    }
-    return 0;
-}
-
 size_t cs_roots_scan(const uint64_t *keys, size_t n, cs_root_cb cb, void *ud)
 {
     if (!n)
@@ -83,9 +69,9 @@ size_t cs_roots_scan(const uint64_t *keys, size_t n, cs_root_cb cb, void *ud)
     scan s = {.keys = keys, .n = n, .seen = calloc(n, 1), .cb = cb, .ud = ud};
     if (!s.seen)
         return 0;
-    uintptr_t self = (uintptr_t)&cs_roots_scan;
-    if (dl_iterate_phdr(self_cb, &self))
-        s.self = self;
+    Dl_info di;
+    if (dladdr((void *)(uintptr_t)&cs_roots_scan, &di))
+        s.self = (uintptr_t)di.dli_fbase; /* its load address, as got.c compares it */
     dl_iterate_phdr(object_cb, &s);
     size_t hits = 0;
     for (size_t i = 0; i < n; i++)

@@ -299,7 +299,6 @@ typedef struct cs_stack_cache {
     uint8_t chain_victim[RSETS];
     uint8_t chain_mru[RSETS];
     uint32_t learn_credit;
-    int credit_init;
     uint32_t chain_gen;  /* chains are forgotten when an object is unloaded */
     uintptr_t stack_lo, stack_hi; /* this thread's stack: the fast path
                                    * reads only inside it (not on a
@@ -589,17 +588,18 @@ uint32_t cs_stack_capture(cs_thread *t, int gil, int python_only, unsigned site)
         pd = 128;
     if (nd <= 0 && pd <= 0)
         return 0;
-    if (!t->cache && !(t->cache = calloc(1, sizeof *t->cache)))
-        return 0;
+    if (!t->cache) {
+        if (!(t->cache = calloc(1, sizeof *t->cache)))
+            return 0;
+        thread_stack(t->cache); /* stays 0..0 when unknown: no fast path */
+        t->cache->learn_credit = LEARN_MAX;
+    }
     uint64_t vals[MAXF + 16];
     int n = 0;
     const uintptr_t *slot0 = NULL;
-    if (nd > 0 && (gil ? eval_hi != 0 : 1) && unw_cur_step && cs_opt.fast_unwind) {
-        if (!t->cache->stack_hi)
-            thread_stack(t->cache);
-        if (t->cache->stack_hi)
-            slot0 = foreign_slot(t->cache->stack_lo, t->cache->stack_hi);
-    }
+    if (nd > 0 && (gil ? eval_hi != 0 : 1) && unw_cur_step && cs_opt.fast_unwind &&
+        t->cache->stack_hi)
+        slot0 = foreign_slot(t->cache->stack_lo, t->cache->stack_hi);
     rentry *hit = NULL;
     if (slot0) {
         cs_stack_cache *c = t->cache;
@@ -608,12 +608,8 @@ uint32_t cs_stack_capture(cs_thread *t, int gil, int python_only, unsigned site)
             memset(c->chain, 0, sizeof c->chain);
             c->chain_gen = g;
         }
-        if (!c->credit_init) {
-            c->credit_init = 1;
-            c->learn_credit = LEARN_MAX;
-        } else if (c->learn_credit < LEARN_MAX) {
+        if (c->learn_credit < LEARN_MAX)
             c->learn_credit++;
-        }
         hit = chain_hit(c, slot0, gil);
     }
     if (hit) {

@@ -152,6 +152,17 @@ def capsan_report(traces, fmt: str = "json", extra_args=()):
     return cp, parsed
 
 
+def script_path(script, tmp: Path, stem: str) -> Path:
+    """A script given as source text is written to tmp/STEM_N.py (tmp is
+    created); a path is returned as it is."""
+    tmp.mkdir(parents=True, exist_ok=True)
+    if isinstance(script, str):
+        path = tmp / f"{stem}_{len(list(tmp.glob(stem + '_*.py')))}.py"
+        path.write_text(script)
+        return path
+    return Path(script)
+
+
 def run_capsan(script, tmp: Path, *, options=None, interpreter=STATIC_PY, mode: str = "run",
                args=(), env=None, timeout: int = TIMEOUT, stdin=None) -> Result:
     """Run a Python script (a Path, or source code as a str) under capsan.
@@ -164,13 +175,7 @@ def run_capsan(script, tmp: Path, *, options=None, interpreter=STATIC_PY, mode: 
     require_runtime()
     require(Path(interpreter))
     tmp = Path(tmp)
-    tmp.mkdir(parents=True, exist_ok=True)
-    if isinstance(script, str):
-        n = len(list(tmp.glob("prog_*.py")))
-        path = tmp / f"prog_{n}.py"
-        path.write_text(script)
-        script = path
-    script = Path(script)
+    script = script_path(script, tmp, "prog")
     prefix = tmp / "t"
     opts = list(options or [])
     if isinstance(options, str):

@@ -36,14 +36,18 @@ st = {"null_frees": 0, "unknown_frees": 0, "bad_prefix": 0, "size_mismatch": []}
 lock = threading.Lock()
 
 
-def s_malloc(n):
-    real = libc.malloc(n + SHIFT)
+def publish(real, n):
+    """A block of n bytes at real, handed out SHIFT bytes further on."""
     if not real:
         return 0
     c_size_t.from_address(real).value = n
     with lock:
         live[real + SHIFT] = n
     return real + SHIFT
+
+
+def s_malloc(n):
+    return publish(libc.malloc(n + SHIFT), n)
 
 
 def s_calloc(nelem, elsize):
@@ -61,13 +65,7 @@ def s_realloc(p, n):
         if live.pop(p, None) is None:
             st["unknown_frees"] += 1
             return 0
-    real = libc.realloc(p - SHIFT, n + SHIFT)
-    if not real:
-        return 0
-    c_size_t.from_address(real).value = n
-    with lock:
-        live[real + SHIFT] = n
-    return real + SHIFT
+    return publish(libc.realloc(p - SHIFT, n + SHIFT), n)
 
 
 def s_free(p, size):

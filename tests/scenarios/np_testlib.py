@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from conftest import (BUILD, FIXDIR, STATIC_PY, TIMEOUT, base_env, marker_line, no_core,
-                      require, require_fixtures, trace_files)
+                      require, require_fixtures, script_path, trace_files)
 
 PYDIR = BUILD / "python"
 NP_FIXTURES = ["np_leaky", "np_foreign", "np_stalehandler", "np_badhandler", "np_aligned"]
@@ -57,12 +57,7 @@ def run_api(script, tmp: Path, *, args=(), options=(), interpreter=STATIC_PY, en
     PYTHONPATH, CAPSAN_OPTIONS=log_path=tmp/t:options, no preload."""
     require_np()
     tmp = Path(tmp)
-    tmp.mkdir(parents=True, exist_ok=True)
-    if isinstance(script, str):
-        n = len(list(tmp.glob("api_*.py")))
-        path = tmp / f"api_{n}.py"
-        path.write_text(script)
-        script = path
+    script = script_path(script, tmp, "api")
     cmd = [str(interpreter), str(script), *map(str, args)]
     cp = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
                         env=api_env(tmp, options, env), stdin=subprocess.DEVNULL,
