@@ -28,13 +28,32 @@ enum {
     NK_NPDL,      /* numpy_dltensor(_versioned): numpy's owner capsule */
 };
 
-/* strcmp against a literal without a library call: these run on every
- * NumPy allocation and every DLPack exchange */
-/* glibc's strcmp compares a vector at a time: names are checked on every
- * capsule call */
-static inline int eq(const char *s, const char *lit) { return strcmp(s, lit) == 0; }
+/* Names are compared on every capsule call, most of them not DLPack's.
+ * A name is compared with a literal a word at a time when all the bytes
+ * read lie in the page of its first byte (so no read can fault), else
+ * with strcmp. */
+static inline uint64_t ld8(const char *p)
+{
+    uint64_t v;
+    memcpy(&v, p, 8);
+    return v;
+}
 
-static int name_kind(const char *n)
+/* n = sizeof the literal, NUL included, at least 9: whole words, then an
+ * overlapping last word. Constant-folds to a few compares. */
+static inline int eqn(const char *s, const char *lit, size_t n)
+{
+    if (((uintptr_t)s & 4095) > 4096 - n)
+        return strcmp(s, lit) == 0;
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        if (ld8(s + i) != ld8(lit + i))
+            return 0;
+    return i == n || ld8(s + n - 8) == ld8(lit + n - 8);
+}
+#define eq(s, lit) eqn(s, lit, sizeof lit)
+
+static inline int name_kind(const char *n)
 {
     if (!n)
         return NK_NONE;
@@ -173,7 +192,7 @@ static void deleter_tramp(void *mt)
 {
     cs_thread *t = cs_thread_get();
     int python = cs_recording && cs_py.ok;
-    int live = python && cs_py.IsInitialized();
+    int live = python && cs_py_live();
     int held = live && cs_gil_held();
     int nogil = live && !held;
     void *dcap = t ? t->dtor_capsule : NULL;
@@ -280,17 +299,9 @@ static PyObject_ *hook_New(void *ptr, const char *name, cs_capsule_dtor dtor)
     uint8_t g = (uint8_t)GIL_CHECK();
     if (nk == NK_NONE || !cs_recording)
         return cs_py.Capsule_New(ptr, name, dtor);
-    if (nk == NK_NPDL) {
-        PyObject_ *cap = cs_py.Capsule_New(ptr, name, dtor);
-        if (cap && ptr) {
-            /* numpy's own capsule, made inside the from_dlpack call whose
-             * consume event has the stack: this one needs none */
-            cs_event ev = {.kind = CS_EV_OWN, .obj = (uint64_t)(uintptr_t)ptr,
-                           .a = (uint64_t)(uintptr_t)cap, .flags = g};
-            cs_emit(&ev, 0, NULL, NULL);
-        }
-        return cap;
-    }
+    /* numpy's own numpy_dltensor capsule, made inside the from_dlpack call
+     * whose consume event has the stack, is not an event: the delete it
+     * makes later carries numpy's frames */
     if (nk != NK_DL && nk != NK_DLV)
         return cs_py.Capsule_New(ptr, name, dtor);
     PyObject_ *cap = cs_py.Capsule_New(ptr, name, capsule_dtor_tramp);

@@ -22,7 +22,8 @@
 
 /* initial-exec: the default model would call __tls_get_addr per event */
 static __thread cs_finding *pending __attribute__((tls_model("initial-exec")));
-static __thread unsigned npending __attribute__((tls_model("initial-exec")));
+__thread unsigned cs_findings_npending __attribute__((tls_model("initial-exec")));
+#define npending cs_findings_npending
 static __thread unsigned cappending __attribute__((tls_model("initial-exec")));
 static pthread_mutex_t print_mu = PTHREAD_MUTEX_INITIALIZER;
 static cs_summary summary;
@@ -178,7 +179,7 @@ static void flush(int grouped)
     npending = 0;
 }
 
-void cs_findings_flush(void) { flush(0); }
+void cs_findings_flush_pending(void) { flush(0); }
 void cs_findings_flush_exit(void) { flush(1); }
 
 void cs_findings_summary(void)

@@ -1,52 +1,78 @@
-/* Does this thread hold the GIL? (see pyapi.h: cs_gil_held)
+/* Does this thread hold the GIL? Is the interpreter running? (pyapi.h)
  *
- * PyGILState_Check() asks thread-specific storage for this thread's
- * PyThreadState (pthread_getspecific) on every call, and capsan asks on
- * every hook. In 3.11 the thread holding the GIL is the one whose
- * PyThreadState is current, and a PyThreadState records the thread that
- * made it (thread_id, pthread_self()): comparing the two needs no TSS. A
- * thread's first checks are made both ways; one disagreement turns the
- * shortcut off for the process. */
+ * Both questions are asked on every hook. PyGILState_Check() looks this
+ * thread's PyThreadState up in thread-specific storage, and both answers
+ * cost a call into libpython. In 3.11 the thread holding the GIL is the one
+ * whose PyThreadState is current (_PyRuntime.gilstate.tstate_current), a
+ * PyThreadState records the thread that made it (thread_id, pthread_self()),
+ * and Py_IsInitialized() is _PyRuntime.initialized: three loads, inlined
+ * in pyapi.h. A thread's first checks are made both ways; one disagreement
+ * turns the shortcut off for the process. */
 #define Py_BUILD_CORE 1
 #include <Python.h>
+#include <internal/pycore_runtime.h>
 
 #include "pyapi.h"
 
+#include <dlfcn.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdatomic.h>
 #include <stdio.h>
 
 #include "options.h"
 
-static _Atomic int fast = -1; /* -1: not decided yet, 0: PyGILState_Check */
-static __thread unsigned checked __attribute__((tls_model("initial-exec")));
-#define CHECKS_PER_THREAD 32
+cs_pyfast cs_pyf;
+__thread unsigned cs_gil_checks __attribute__((tls_model("initial-exec")));
 
-static int held_311(void)
+static _Atomic int decided;
+
+/* Point cs_pyf at _PyRuntime if its layout is the one compiled in. */
+static void decide(void)
 {
-    const PyThreadState *ts = cs_py.ThreadState_UncheckedGet();
-    return ts && ts->thread_id == (unsigned long)pthread_self();
+    if (atomic_exchange(&decided, 1))
+        return;
+    char *rt = cs_py.frames_311 ? dlsym(RTLD_DEFAULT, "_PyRuntime") : NULL;
+    if (!rt || !cs_py.ThreadState_UncheckedGet)
+        return;
+    void *const volatile *ts = (void *const volatile *)(rt + offsetof(_PyRuntimeState, gilstate.tstate_current));
+    const volatile int *init = (const volatile int *)(rt + offsetof(_PyRuntimeState, initialized));
+    if (*ts != cs_py.ThreadState_UncheckedGet() || *init != cs_py.IsInitialized())
+        return;
+    cs_pyf.tid_off = offsetof(PyThreadState, thread_id);
+    cs_pyf.initialized = init;
+    __atomic_store_n(&cs_pyf.tstate, ts, __ATOMIC_RELEASE);
 }
 
-int cs_gil_held(void)
+static void disagree(const char *what)
 {
-    int f = atomic_load_explicit(&fast, memory_order_relaxed);
-    if (f < 0) {
-        f = cs_py.frames_311 && cs_py.ThreadState_UncheckedGet;
-        atomic_store(&fast, f);
-    }
-    if (!f)
+    __atomic_store_n(&cs_pyf.tstate, NULL, __ATOMIC_RELEASE);
+    cs_pyf.initialized = NULL;
+    if (cs_opt.verbosity)
+        dprintf(2, "capsan: %s shortcut disagrees with libpython; off\n", what);
+}
+
+int cs_gil_held_slow(void)
+{
+    if (!atomic_load_explicit(&decided, memory_order_relaxed))
+        decide();
+    if (!__atomic_load_n(&cs_pyf.tstate, __ATOMIC_ACQUIRE))
         return cs_py.GILState_Check();
-    if (checked < CHECKS_PER_THREAD) {
-        checked++;
-        int a = held_311(), b = cs_py.GILState_Check();
-        if (a != b) {
-            atomic_store(&fast, 0);
-            if (cs_opt.verbosity)
-                dprintf(2, "capsan: GIL check shortcut disagrees with PyGILState_Check; off\n");
-            return b;
-        }
-        return a;
+    int b = cs_py.GILState_Check();
+    if ((unsigned long)__builtin_thread_pointer() != (unsigned long)pthread_self()) {
+        disagree("thread pointer");
+        return b;
     }
-    return held_311();
+    if (cs_pyf.initialized && *cs_pyf.initialized != cs_py.IsInitialized()) {
+        disagree("Py_IsInitialized");
+        return b;
+    }
+    const char *ts = cs_py.ThreadState_UncheckedGet();
+    int a = ts && *(const unsigned long *)(ts + cs_pyf.tid_off) == (unsigned long)pthread_self();
+    if (a != b) {
+        disagree("GIL check");
+        return b;
+    }
+    cs_gil_checks++;
+    return a;
 }

@@ -77,6 +77,7 @@ typedef struct stripe {
     cs_event *free_hist;   /* recycled history blocks (first word links them) */
     unsigned fifo_head, fifo_len;
     uint64_t nevents;      /* events judged here (counted under mu) */
+    int64_t live[4];       /* this stripe's share of cs_lc_totals (under mu) */
     char pad[64];
 } stripe;
 
@@ -87,7 +88,6 @@ struct cs_lifecycle {
     int protect;
     cs_event_sink sink;
     void *sink_ud;
-    _Atomic int64_t live[4]; /* cs_lc_totals, in that order */
     /* data released by a deleter that ran during interpreter shutdown:
      * numpy's own deleter then keeps its array alive on purpose (numpy PR
      * 22510), so those blocks were referenced at shutdown, not leaked */
@@ -343,27 +343,33 @@ static void report(cs_lifecycle *lc, judge *j, int kind, obj *o, const cs_event 
 }
 
 /* ---- live totals: an object counts from creation to release ---- */
-static void count(cs_lifecycle *lc, const obj *o, int sign)
+static void count(stripe *st, const obj *o, int sign)
 {
     int i = o->ns == CS_NS_NUMPY ? 2 : 0;
-    atomic_fetch_add_explicit(&lc->live[i], sign, memory_order_relaxed);
-    atomic_fetch_add_explicit(&lc->live[i + 1], sign * (int64_t)o->bytes, memory_order_relaxed);
+    /* one writer (the stripe's lock holder); relaxed stores for readers */
+    __atomic_store_n(&st->live[i], st->live[i] + sign, __ATOMIC_RELAXED);
+    __atomic_store_n(&st->live[i + 1], st->live[i + 1] + sign * (int64_t)o->bytes, __ATOMIC_RELAXED);
 }
 
+/* a sum of unlocked reads: a moment's view, good enough for COUNTS */
 void cs_lc_totals_get(cs_lifecycle *lc, cs_lc_totals *t)
 {
-    t->dlpack = atomic_load(&lc->live[0]);
-    t->dlpack_bytes = atomic_load(&lc->live[1]);
-    t->numpy = atomic_load(&lc->live[2]);
-    t->numpy_bytes = atomic_load(&lc->live[3]);
+    int64_t v[4] = {0};
+    for (int i = 0; i < NSTRIPES; i++)
+        for (int k = 0; k < 4; k++)
+            v[k] += __atomic_load_n(&lc->s[i].live[k], __ATOMIC_RELAXED);
+    t->dlpack = v[0];
+    t->dlpack_bytes = v[1];
+    t->numpy = v[2];
+    t->numpy_bytes = v[3];
 }
 
 /* A released object becomes a tombstone; the oldest tombstone of the
  * stripe is forgotten when the FIFO is full. */
-static void entomb(cs_lifecycle *lc, stripe *st, obj *o)
+static void entomb(stripe *st, obj *o)
 {
     if (o->state != CS_ST_RELEASED)
-        count(lc, o, -1);
+        count(st, o, -1);
     o->state = CS_ST_RELEASED;
     if (st->fifo_len == TOMB_PER_STRIPE) {
         tomb *t = &st->fifo[st->fifo_head];
@@ -416,9 +422,8 @@ static int kept_at_shutdown(cs_lifecycle *lc, uint64_t data)
 
 /* ---- DLPack ---- */
 
-static unsigned dlpack_event(cs_lifecycle *lc, stripe *st, const cs_event *ev, judge *j)
+static unsigned dlpack_event(cs_lifecycle *lc, stripe *st, obj *o, const cs_event *ev, judge *j)
 {
-    obj *o = find(st, ev->obj, CS_NS_DLPACK);
     unsigned verdict = 0;
 
     switch (ev->kind) {
@@ -435,7 +440,7 @@ static unsigned dlpack_event(cs_lifecycle *lc, stripe *st, const cs_event *ev, j
         reset(lc, o);
         o->capsule = ev->a;
         o->bytes = ev->c;
-        count(lc, o, 1);
+        count(st, o, 1);
         if (ev->aux & CS_DLV_VERSIONED)
             o->flags |= OF_VERSIONED;
         if (ev->flags & CS_EVF_NULL_DELETER)
@@ -503,7 +508,7 @@ static unsigned dlpack_event(cs_lifecycle *lc, stripe *st, const cs_event *ev, j
                 o->flags |= OF_NOT_RENAMED;
                 report(lc, j, CS_KIND_DLPACK_NOT_RENAMED, o, NULL, 0, 0);
             }
-            entomb(lc, st, o);
+            entomb(st, o);
             return 0;
         case CS_ST_CONSUMED:
             if (in_own_dtor) {
@@ -517,11 +522,11 @@ static unsigned dlpack_event(cs_lifecycle *lc, stripe *st, const cs_event *ev, j
                  * consumer's own delete later is the double free this
                  * finding already explains */
                 if (!lc->protect)
-                    entomb(lc, st, o);
+                    entomb(st, o);
                 return CS_VERDICT_SKIP;
             }
             hist_add(st, o, ev, j);
-            entomb(lc, st, o);
+            entomb(st, o);
             return 0;
         case CS_ST_RELEASED:
             verdict = CS_VERDICT_SKIP;
@@ -584,27 +589,24 @@ static unsigned dlpack_event(cs_lifecycle *lc, stripe *st, const cs_event *ev, j
 
 /* ---- NumPy data blocks ---- */
 
-static unsigned numpy_event(cs_lifecycle *lc, stripe *st, const cs_event *ev, judge *j)
+static unsigned numpy_event(cs_lifecycle *lc, stripe *st, obj *o, const cs_event *ev, judge *j)
 {
-    obj *o;
     switch (ev->kind) {
     case CS_EV_NP_ALLOC:
         if (!ev->obj)
             return 0; /* R32: numpy 1.24 tracks failed allocations as NULL */
-        o = find(st, ev->obj, CS_NS_NUMPY);
         if (o && o->state == CS_ST_CREATED)
-            count(lc, o, -1); /* a missed free: the old block is gone */
+            count(st, o, -1); /* a missed free: the old block is gone */
         if (!o && !(o = insert(st, ev->obj, CS_NS_NUMPY)))
             return 0;
         reset(lc, o);
         o->bytes = ev->a;
-        count(lc, o, 1);
+        count(st, o, 1);
         hist_add(st, o, ev, j);
         return 0;
     case CS_EV_NP_FREE:
         if (!ev->obj)
             return 0; /* R29: free(NULL, n) from sort is legal */
-        o = find(st, ev->obj, CS_NS_NUMPY);
         if (o && o->state == CS_ST_CREATED) {
             uint32_t stale = ev->extra;
             if (!stale && o->nhist && o->hist[0].c && ev->c && o->hist[0].c != ev->c)
@@ -612,7 +614,7 @@ static unsigned numpy_event(cs_lifecycle *lc, stripe *st, const cs_event *ev, ju
             hist_add(st, o, ev, j);
             if (stale)
                 report(lc, j, CS_KIND_NUMPY_STALE_HANDLER, o, NULL, stale, ev->c);
-            entomb(lc, st, o);
+            entomb(st, o);
         } else if (o && o->state == CS_ST_RELEASED && ev->c) {
             /* a legacy PyDataMem_FREE (c == 0) may free a block that came
              * back out of numpy's small-block cache unseen: not judged */
@@ -622,18 +624,16 @@ static unsigned numpy_event(cs_lifecycle *lc, stripe *st, const cs_event *ev, ju
         /* an unknown block may predate capsan (import capsan starts late) */
         return 0;
     case CS_EV_NP_FOREIGN_FREE:
-        o = find(st, ev->obj, CS_NS_NUMPY);
         if (o && o->state == CS_ST_CREATED) {
             hist_add(st, o, ev, j);
             report(lc, j, CS_KIND_NUMPY_FOREIGN_FREE, o, NULL, 0, 0);
-            entomb(lc, st, o);
+            entomb(st, o);
         } else {
             obj tmp = {.key = ev->obj};
             report(lc, j, CS_KIND_NUMPY_FOREIGN_FREE, &tmp, ev, 0, 0);
         }
         return 0;
     case CS_EV_NP_REACHABLE:
-        o = find(st, ev->obj, CS_NS_NUMPY);
         if (o && o->state == CS_ST_CREATED)
             o->flags |= OF_REACHABLE;
         return 0;
@@ -658,7 +658,7 @@ static int delete_will_skip(stripe *st, const cs_event *ev)
     return o->state == CS_ST_RELEASED || (o->state == CS_ST_CONSUMED && in_own_dtor);
 }
 
-unsigned cs_lc_event(cs_lifecycle *lc, const cs_event *ev)
+unsigned cs_lc_judge(cs_lifecycle *lc, const cs_event *ev, cs_event *origin, int *found)
 {
     stripe *st = stripe_of(lc, ev->obj);
     st->nevents++;
@@ -670,11 +670,18 @@ unsigned cs_lc_event(cs_lifecycle *lc, const cs_event *ev)
     }
     judge j = {ev, 0, 0};
     int ns = ev->kind >= CS_EV_NP_ALLOC ? CS_NS_NUMPY : CS_NS_DLPACK;
-    unsigned v = ns == CS_NS_NUMPY ? numpy_event(lc, st, ev, &j) : dlpack_event(lc, st, ev, &j);
+    obj *o = find(st, ev->obj, ns);
+    if (found) {
+        /* what the object was made by, as it stood before this event */
+        *found = o && o->nhist;
+        if (*found)
+            *origin = o->hist[0];
+    }
+    unsigned v = ns == CS_NS_NUMPY ? numpy_event(lc, st, o, ev, &j) : dlpack_event(lc, st, o, ev, &j);
     if (lc->sink && !j.written && atomic_load_explicit(&lc->any_traced, memory_order_relaxed)) {
         /* an object with findings keeps being written as it happens (it
          * may have moved in the table: look it up again) */
-        obj *o = find(st, ev->obj, ns);
+        o = find(st, ev->obj, ns);
         if (o && (o->flags & OF_TRACED)) {
             lc->sink(lc->sink_ud, ev);
             if (j.in_hist)
@@ -682,6 +689,11 @@ unsigned cs_lc_event(cs_lifecycle *lc, const cs_event *ev)
         }
     }
     return v;
+}
+
+unsigned cs_lc_event(cs_lifecycle *lc, const cs_event *ev)
+{
+    return cs_lc_judge(lc, ev, NULL, NULL);
 }
 
 uint64_t cs_lc_events(cs_lifecycle *lc)

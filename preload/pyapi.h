@@ -57,14 +57,43 @@ extern cs_pyapi cs_py;
  * (an embedding program may load libpython late). */
 int cs_pyapi_init(void);
 
-/* PyGILState_Check() without its thread-specific storage lookup (gil.c);
- * cs_py.ok must be true. */
-int cs_gil_held(void);
+/* Direct reads of 3.11's _PyRuntime (gil.c), set once they agree with
+ * libpython; tstate is NULL when the shortcut is off. */
+typedef struct cs_pyfast {
+    void *const volatile *tstate;    /* &_PyRuntime.gilstate.tstate_current */
+    const volatile int *initialized; /* &_PyRuntime.initialized */
+    size_t tid_off;                  /* offsetof(PyThreadState, thread_id) */
+} cs_pyfast;
+extern cs_pyfast cs_pyf;
+/* this thread's checks made both ways so far (gil.c) */
+extern __thread unsigned cs_gil_checks __attribute__((tls_model("initial-exec")));
+#define CS_GIL_CHECKS 32
+int cs_gil_held_slow(void);
+
+/* PyGILState_Check() without a call: the current PyThreadState is this
+ * thread's. cs_py.ok must be true. */
+static inline int cs_gil_held(void)
+{
+    void *const volatile *slot = __atomic_load_n(&cs_pyf.tstate, __ATOMIC_RELAXED);
+    if (__builtin_expect(slot && cs_gil_checks >= CS_GIL_CHECKS, 1)) {
+        const char *ts = *slot;
+        return ts && *(const unsigned long *)(ts + cs_pyf.tid_off) ==
+                         (unsigned long)__builtin_thread_pointer();
+    }
+    return cs_gil_held_slow();
+}
+
+/* Py_IsInitialized(); cs_py.ok must be true. */
+static inline int cs_py_live(void)
+{
+    const volatile int *p = cs_pyf.initialized;
+    return p ? *p : cs_py.IsInitialized();
+}
 
 /* The calling thread holds the GIL (0 outside Python). */
 static inline int cs_py_has_gil(void)
 {
-    return cs_py.ok && cs_py.IsInitialized() && cs_gil_held();
+    return cs_py.ok && cs_py_live() && cs_gil_held();
 }
 
 #endif

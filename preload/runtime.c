@@ -86,7 +86,7 @@ unsigned cs_emit(cs_event *ev, int want_stack, cs_event *origin, int *found)
     /* the THREAD record first: it opens the trace file, whose prologue
      * may take every lock below */
     cs_thread_note(t);
-    int live = cs_py.IsInitialized();
+    int live = cs_py_live();
     unsigned known = ev->flags & (CS_EVF_GIL_KNOWN | CS_EVF_GIL);
     ev->flags &= (uint8_t)~(CS_EVF_GIL_KNOWN | CS_EVF_GIL);
     int gil = live && ((known & CS_EVF_GIL_KNOWN) ? (known & CS_EVF_GIL) != 0 : cs_gil_held());
@@ -100,13 +100,11 @@ unsigned cs_emit(cs_event *ev, int want_stack, cs_event *origin, int *found)
         if (t->importing)
             ev->flags |= CS_EVF_IMPORT;
     }
-    else
+    else if (ev->stack)
         cs_stack_ensure(ev->stack);
     cs_lc_lock(cs_lc, ev->obj);
-    if (origin)
-        *found = cs_lc_origin(cs_lc, ns_of(ev), ev->obj, origin);
     ev->time_ns = cs_now_ns();
-    unsigned v = cs_lc_event(cs_lc, ev);
+    unsigned v = cs_lc_judge(cs_lc, ev, origin, found);
     if ((v & CS_VERDICT_SKIP) && cs_opt.protect) {
         ev->flags |= CS_EVF_SKIPPED; /* the lifecycle marked its own copies */
     } else {
@@ -132,13 +130,9 @@ static cs_spin nogil_mu = CS_SPIN_INIT;
 
 void cs_deleter_nogil(int on) { in_nogil_deleter = on; }
 
-unsigned cs_check_gil(const void *site, int what)
+unsigned cs_check_gil_slow(const void *site, int what)
 {
-    if (!cs_recording || !cs_py.ok)
-        return 0;
-    if (cs_gil_held())
-        return CS_EVF_GIL_KNOWN | CS_EVF_GIL;
-    if (!cs_py.IsInitialized())
+    if (!cs_py_live())
         return 0;
     if (in_nogil_deleter)
         what = CS_NOGIL_IN_DELETER;

@@ -5,6 +5,7 @@
 
 #include <stdint.h>
 #include "lifecycle.h"
+#include "pyapi.h"
 #include "thread.h"
 
 extern cs_lifecycle *cs_lc;
@@ -27,14 +28,29 @@ unsigned cs_emit(cs_event *ev, int want_stack, cs_event *export_out, int *found)
  * Returns event flags that hand the answer on to cs_emit (CS_EVF_GIL_KNOWN,
  * with CS_EVF_GIL if held), or 0 when it did not look: a hook's events are
  * emitted in the GIL state the hook was entered in. */
-unsigned cs_check_gil(const void *site, int what);
+unsigned cs_check_gil_slow(const void *site, int what);
+static inline unsigned cs_check_gil(const void *site, int what)
+{
+    if (!cs_recording || !cs_py.ok)
+        return 0;
+    if (cs_gil_held())
+        return CS_EVF_GIL_KNOWN | CS_EVF_GIL;
+    return cs_check_gil_slow(site, what);
+}
 /* Set while a deleter entered without the GIL runs on this thread. */
 void cs_deleter_nogil(int on);
 
 /* Live findings: the lifecycle callback; prints and counts them. */
 void cs_findings_init(void); /* loads the suppressions option */
 void cs_findings_cb(void *ud, const cs_finding *f);
-void cs_findings_flush(void);
+void cs_findings_flush_pending(void);
+/* findings this thread's events made and flush has not printed yet */
+extern __thread unsigned cs_findings_npending __attribute__((tls_model("initial-exec")));
+static inline void cs_findings_flush(void)
+{
+    if (cs_findings_npending)
+        cs_findings_flush_pending();
+}
 /* At exit: the same, with leaks grouped by where they were made. */
 void cs_findings_flush_exit(void);
 unsigned cs_findings_errors(void);

@@ -657,7 +657,7 @@ uint32_t cs_stack_capture(cs_thread *t, int gil, int python_only, unsigned site)
                 vals[n++] = (uint64_t)(uintptr_t)ips[i] & ~CS_FRAME_PY;
     }
     int importing = 0, nnat = n, npy = 0;
-    if (pd > 0 && (gil || cs_py.IsInitialized()))
+    if (pd > 0 && (gil || cs_py_live()))
         n += npy = python_frames(t->cache, vals + n, pd, gil, &importing);
     t->importing = importing;
     if (n == 0)

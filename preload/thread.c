@@ -11,14 +11,14 @@
 #include "stack.h"
 #include "tracefile.h"
 
-static __thread cs_thread *tls __attribute__((tls_model("initial-exec")));
+__thread cs_thread *cs_thread_tls __attribute__((tls_model("initial-exec")));
 static pthread_key_t key;
 static _Atomic uint32_t next_num = 1;
 
 static void thread_exit(void *p)
 {
     cs_thread *t = p;
-    tls = NULL;
+    cs_thread_tls = NULL;
     cs_stack_cache_free(t->cache);
     free(t);
 }
@@ -28,26 +28,20 @@ void cs_thread_init(void)
     pthread_key_create(&key, thread_exit);
 }
 
-cs_thread *cs_thread_get(void)
+cs_thread *cs_thread_make(void)
 {
-    cs_thread *t = tls;
-    if (t)
-        return t;
-    t = calloc(1, sizeof *t);
+    cs_thread *t = calloc(1, sizeof *t);
     if (!t)
         return NULL;
     t->num = atomic_fetch_add(&next_num, 1);
-    tls = t;
+    cs_thread_tls = t;
     pthread_setspecific(key, t);
     return t;
 }
 
-void cs_thread_note(cs_thread *t)
+void cs_thread_write(cs_thread *t)
 {
-    uint32_t g = cs_trace_gen();
-    if (t->written_gen == g)
-        return;
-    t->written_gen = g;
+    t->written_gen = cs_trace_gen();
     cs_rec_thread r = {.thread = t->num, .os_tid = (uint64_t)syscall(SYS_gettid)};
     char name[32] = "";
     pthread_getname_np(pthread_self(), name, sizeof name);

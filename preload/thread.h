@@ -5,6 +5,7 @@
 #define CAPSAN_THREAD_H
 
 #include <stdint.h>
+#include "tracefile.h"
 
 struct cs_stack_cache;
 
@@ -17,10 +18,23 @@ typedef struct cs_thread {
     int importing;          /* the last captured stack ran inside an import */
 } cs_thread;
 
+extern __thread cs_thread *cs_thread_tls __attribute__((tls_model("initial-exec")));
+cs_thread *cs_thread_make(void);
+void cs_thread_write(cs_thread *t);
+
 /* This thread's state, created on first use; NULL if out of memory. */
-cs_thread *cs_thread_get(void);
+static inline cs_thread *cs_thread_get(void)
+{
+    cs_thread *t = cs_thread_tls;
+    return t ? t : cs_thread_make();
+}
+
 /* Write the THREAD record into the current trace file if not there yet. */
-void cs_thread_note(cs_thread *t);
+static inline void cs_thread_note(cs_thread *t)
+{
+    if (t->written_gen != cs_trace_gen())
+        cs_thread_write(t);
+}
 void cs_thread_init(void);
 
 #endif

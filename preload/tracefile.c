@@ -27,7 +27,7 @@ static _Atomic uint64_t wr_off;
 static _Atomic(char *) chunks[MAX_CHUNKS];
 static _Atomic uint32_t mapped_upto; /* chunks [0, mapped_upto) exist */
 static pthread_mutex_t grow_mu = PTHREAD_MUTEX_INITIALIZER;
-static _Atomic uint32_t gen = 1;
+_Atomic uint32_t cs_trace_generation = 1;
 
 /* ---- the clock: events are stamped with CLOCK_MONOTONIC nanoseconds,
  * read through the TSC when it is invariant (11 ns instead of 26 here), and
@@ -118,7 +118,6 @@ void cs_trace_init(const char *p, cs_trace_prologue_fn fn)
     prologue = fn;
 }
 
-uint32_t cs_trace_gen(void) { return atomic_load_explicit(&gen, memory_order_relaxed); }
 const char *cs_trace_path(void) { return atomic_load(&state) == 2 ? path : ""; }
 int cs_trace_started(void) { return atomic_load(&state) == 2; }
 
@@ -336,7 +335,7 @@ void cs_trace_atfork_child(void)
     fd = -1;
     atomic_store(&wr_off, 0);
     atomic_store(&state, 0);
-    atomic_fetch_add(&gen, 1);
+    atomic_fetch_add(&cs_trace_generation, 1);
 }
 
 void cs_trace_close(void)

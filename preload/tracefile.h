@@ -6,6 +6,7 @@
 #ifndef CAPSAN_TRACEFILE_H
 #define CAPSAN_TRACEFILE_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include "tracefmt.h"
@@ -29,7 +30,11 @@ int cs_trace_write_strs(uint16_t type, const void *fixed, size_t n, const char *
 
 /* The file's generation: bumped when a forked child starts a new file, so
  * interned stacks and code objects know to be written again. */
-uint32_t cs_trace_gen(void);
+extern _Atomic uint32_t cs_trace_generation;
+static inline uint32_t cs_trace_gen(void)
+{
+    return atomic_load_explicit(&cs_trace_generation, memory_order_relaxed);
+}
 const char *cs_trace_path(void); /* "" until created */
 int cs_trace_started(void);
 
