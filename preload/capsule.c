@@ -78,106 +78,122 @@ static inline int name_kind(const char *n)
     return NK_NONE;
 }
 
-/* ---- exporting capsules we wrapped: capsule -> original destructor ---- */
-typedef struct capent {
-    PyObject_ *cap;
-    cs_capsule_dtor orig;
-    void *mt;
-    int versioned;
-} capent;
+/* ---- reading a capsule ----
+ * PyCapsule has kept one layout since 3.1 (PyObject_HEAD, pointer, name,
+ * context, destructor). It is read directly once the first capsule capsan
+ * makes has shown that layout; until then, and if it ever does not, the
+ * C-API is asked (which costs calls and a strcmp per read). */
+typedef struct capsule_obj {
+    intptr_t refcnt;
+    const void *type;
+    void *pointer;
+    const char *name;
+    void *context;
+    cs_capsule_dtor destructor;
+} capsule_obj;
 
-#define CSTRIPES 16
-static struct {
-    cs_spin mu;
-    capent *tab;
-    size_t cap, used;
-} ctab[CSTRIPES];
+static const void *capsule_type; /* set once the layout is confirmed */
 
-static inline size_t chash(const void *p) { return ((uintptr_t)p >> 4) * 0x9e3779b97f4a7c15ull >> 20; }
-#define CSTRIPE(p) (&ctab[chash(p) % CSTRIPES])
-
-/* stripe locked */
-static capent *cfind(size_t sidx, const void *cap)
+static void learn_layout(PyObject_ *cap, void *ptr, const char *name, cs_capsule_dtor d)
 {
-    if (!ctab[sidx].cap)
-        return NULL;
-    size_t m = ctab[sidx].cap - 1;
-    for (size_t i = chash(cap) & m; ctab[sidx].tab[i].cap; i = (i + 1) & m)
-        if (ctab[sidx].tab[i].cap == cap)
-            return &ctab[sidx].tab[i];
-    return NULL;
+    const capsule_obj *c = (const capsule_obj *)cap;
+    if (!capsule_type && c->pointer == ptr && c->name == name && c->destructor == d &&
+        c->pointer == cs_py.Capsule_GetPointer(cap, name) && cs_py.Capsule_GetName(cap) == name)
+        __atomic_store_n(&capsule_type, c->type, __ATOMIC_RELEASE);
 }
 
-static int cadd(const capent *e)
+/* cap's fields if it is a capsule of the known layout, else 0 */
+static inline const capsule_obj *direct(PyObject_ *cap)
 {
-    size_t s = chash(e->cap) % CSTRIPES;
-    cs_spin_lock(&ctab[s].mu);
-    if ((ctab[s].used + 1) * 2 > ctab[s].cap) {
-        size_t ncap = ctab[s].cap ? ctab[s].cap * 2 : 64;
-        capent *nt = calloc(ncap, sizeof *nt);
-        if (!nt) {
-            cs_spin_unlock(&ctab[s].mu);
-            return -1;
-        }
-        for (size_t j = 0; j < ctab[s].cap; j++) {
-            if (!ctab[s].tab[j].cap)
-                continue;
-            size_t i = chash(ctab[s].tab[j].cap) & (ncap - 1);
-            while (nt[i].cap)
-                i = (i + 1) & (ncap - 1);
-            nt[i] = ctab[s].tab[j];
-        }
-        free(ctab[s].tab);
-        ctab[s].tab = nt;
-        ctab[s].cap = ncap;
-    }
-    size_t m = ctab[s].cap - 1, i = chash(e->cap) & m;
-    while (ctab[s].tab[i].cap)
-        i = (i + 1) & m;
-    ctab[s].tab[i] = *e;
-    ctab[s].used++;
-    cs_spin_unlock(&ctab[s].mu);
-    return 0;
+    const void *t = __atomic_load_n(&capsule_type, __ATOMIC_ACQUIRE);
+    const capsule_obj *c = (const capsule_obj *)cap;
+    return t && c && c->type == t ? c : NULL;
 }
 
-/* Copy out (and optionally remove) a capsule's entry. */
-static int cget(const void *cap, capent *out, int remove)
+static cs_capsule_dtor cap_destructor(PyObject_ *cap)
 {
-    size_t s = chash(cap) % CSTRIPES;
-    cs_spin_lock(&ctab[s].mu);
-    capent *e = cfind(s, cap);
-    if (e) {
-        *out = *e;
-        if (remove) {
-            size_t m = ctab[s].cap - 1, i = (size_t)(e - ctab[s].tab);
-            for (size_t j = (i + 1) & m; ctab[s].tab[j].cap; j = (j + 1) & m) {
-                size_t home = chash(ctab[s].tab[j].cap) & m;
-                if (((j - home) & m) >= ((j - i) & m)) {
-                    ctab[s].tab[i] = ctab[s].tab[j];
-                    i = j;
-                }
-            }
-            memset(&ctab[s].tab[i], 0, sizeof ctab[s].tab[i]);
-            ctab[s].used--;
-        }
-    }
-    cs_spin_unlock(&ctab[s].mu);
-    return e != NULL;
+    const capsule_obj *c = direct(cap);
+    return c ? c->destructor : cs_py.Capsule_GetDestructor(cap);
 }
 
-static int cupdate(const void *cap, cs_capsule_dtor orig, void *mt, int set_mt)
+static const char *cap_name(PyObject_ *cap)
 {
-    size_t s = chash(cap) % CSTRIPES;
-    cs_spin_lock(&ctab[s].mu);
-    capent *e = cfind(s, cap);
-    if (e) {
-        if (set_mt)
-            e->mt = mt;
-        else
-            e->orig = orig;
+    const capsule_obj *c = direct(cap);
+    return c ? c->name : cs_py.Capsule_GetName(cap);
+}
+
+static void *cap_pointer(PyObject_ *cap, const char *name)
+{
+    const capsule_obj *c = direct(cap);
+    return c ? c->pointer : cs_py.Capsule_GetPointer(cap, name);
+}
+
+/* ---- destructor stubs: one per original destructor ----
+ * An exported capsule gets stub k as its destructor, where dtors[k] is the
+ * producer's own: the stub knows what to forward to without a table keyed
+ * by capsule. Producers bring few distinct destructors (numpy's, torch's);
+ * past NSTUBS a capsule keeps its own destructor and its death is not
+ * seen. Each stub is 16 bytes: endbr64; mov $k, %esi; jmp to the shared
+ * body, which gets (capsule, k). */
+#define NSTUBS 64
+void cs_capsule_dtor_body(PyObject_ *cap, unsigned k);
+extern const char cs_dtor_stubs[] __attribute__((visibility("hidden")));
+__asm__(".text\n"
+        ".p2align 4\n"
+        ".hidden cs_dtor_stubs\n"
+        "cs_dtor_stubs:\n"
+        ".set .Lcs_k, 0\n"
+        ".rept 64\n"
+        "  .p2align 4\n"
+        "  endbr64\n"
+        "  movl $.Lcs_k, %esi\n"
+        "  jmp cs_capsule_dtor_body\n"
+        "  .set .Lcs_k, .Lcs_k + 1\n"
+        ".endr\n");
+
+static cs_capsule_dtor dtors[NSTUBS];
+static _Atomic unsigned ndtors;
+static cs_spin dtors_mu = CS_SPIN_INIT;
+
+static inline cs_capsule_dtor stub(unsigned k)
+{
+    return (cs_capsule_dtor)(uintptr_t)(cs_dtor_stubs + 16 * k);
+}
+
+/* k if d is stub k, else -1 */
+static inline int stub_index(cs_capsule_dtor d)
+{
+    uintptr_t off = (uintptr_t)d - (uintptr_t)cs_dtor_stubs;
+    return off < 16 * NSTUBS && !(off & 15) ? (int)(off / 16) : -1;
+}
+
+/* The stub that forwards to d (NULL included); -1 when all are taken. */
+static int stub_for(cs_capsule_dtor d)
+{
+    unsigned n = atomic_load_explicit(&ndtors, memory_order_acquire);
+    for (unsigned k = 0; k < n; k++)
+        if (dtors[k] == d)
+            return (int)k;
+    cs_spin_lock(&dtors_mu);
+    n = atomic_load_explicit(&ndtors, memory_order_relaxed);
+    int k = -1;
+    for (unsigned i = 0; i < n && k < 0; i++)
+        if (dtors[i] == d)
+            k = (int)i;
+    if (k < 0 && n < NSTUBS) {
+        dtors[n] = d;
+        atomic_store_explicit(&ndtors, n + 1, memory_order_release);
+        k = (int)n;
     }
-    cs_spin_unlock(&ctab[s].mu);
-    return e != NULL;
+    cs_spin_unlock(&dtors_mu);
+    return k;
+}
+
+/* the producer's destructor behind one of ours, or d itself */
+static cs_capsule_dtor unwrap(cs_capsule_dtor d)
+{
+    int k = stub_index(d);
+    return k >= 0 ? dtors[k] : d;
 }
 
 /* ---- trampolines ---- */
@@ -226,29 +242,30 @@ static void deleter_tramp(void *mt)
         cs_deleter_nogil(0);
 }
 
-static void capsule_dtor_tramp(PyObject_ *cap)
+/* Stub k's body: the capsule is dying (capsule_dealloc); run the
+ * producer's destructor dtors[k], then tell the lifecycle. */
+void cs_capsule_dtor_body(PyObject_ *cap, unsigned k)
 {
-    capent e;
-    if (!cget(cap, &e, 1))
-        return;
+    cs_capsule_dtor orig = k < NSTUBS ? dtors[k] : NULL;
     cs_thread *t = cs_thread_get();
-    const char *name = cs_py.Capsule_GetName(cap);
+    const char *name = cap_name(cap);
     int nk = name_kind(name);
+    void *mt = cap_pointer(cap, name);
     void *saved = t ? t->dtor_capsule : NULL;
     if (t)
         t->dtor_capsule = cap;
-    if (e.orig)
-        e.orig(cap);
+    if (orig)
+        orig(cap);
     if (t)
         t->dtor_capsule = saved;
     if (!cs_recording)
         return;
-    cs_event ev = {.kind = CS_EV_DESTROY, .obj = (uint64_t)(uintptr_t)e.mt,
+    cs_event ev = {.kind = CS_EV_DESTROY, .obj = (uint64_t)(uintptr_t)mt,
                    .a = (uint64_t)(uintptr_t)cap,
                    .aux = (uint16_t)(nk == NK_DL || nk == NK_DLV     ? CS_NAME_UNCONSUMED
                                      : nk == NK_USED || nk == NK_USEDV ? CS_NAME_USED
                                                                        : CS_NAME_OTHER),
-                   .extra = e.orig == NULL};
+                   .extra = orig == NULL};
     /* the death of a consumed capsule is the normal case: the consume
      * already moved its tensor on, and no finding depends on it */
     if (ev.aux != CS_NAME_USED)
@@ -304,15 +321,14 @@ static PyObject_ *hook_New(void *ptr, const char *name, cs_capsule_dtor dtor)
      * makes later carries numpy's frames */
     if (nk != NK_DL && nk != NK_DLV)
         return cs_py.Capsule_New(ptr, name, dtor);
-    PyObject_ *cap = cs_py.Capsule_New(ptr, name, capsule_dtor_tramp);
+    int k = stub_for(dtor);
+    if (k < 0) /* out of stubs: a capsule capsan cannot follow is not tracked */
+        return cs_py.Capsule_New(ptr, name, dtor);
+    PyObject_ *cap = cs_py.Capsule_New(ptr, name, stub((unsigned)k));
     if (!cap)
         return NULL;
-    capent e = {cap, dtor, ptr, nk == NK_DLV};
-    if (cadd(&e) != 0) {
-        /* no room to remember the destructor: give the capsule its own */
-        cs_py.Capsule_SetDestructor(cap, dtor);
-        return cap;
-    }
+    if (!capsule_type)
+        learn_layout(cap, ptr, name, stub((unsigned)k));
     export(ptr, cap, nk == NK_DLV, g);
     return cap;
 }
@@ -334,9 +350,15 @@ static int hook_SetName(PyObject_ *cap, const char *name)
     int nk = name_kind(name);
     if (!cs_recording)
         return cs_py.Capsule_SetName(cap, name);
-    capent e;
-    if (!cget(cap, &e, 0))
+    /* one of ours has the trampoline as its destructor: asked of the
+     * capsule itself, no table. Something that is not a capsule fails
+     * here with the error SetName then raises again. */
+    if (stub_index(cap_destructor(cap)) < 0)
         return cs_py.Capsule_SetName(cap, name);
+    const char *old = cap_name(cap);
+    int ok = name_kind(old);
+    struct { void *mt; int versioned; } e = {cap_pointer(cap, old),
+                                             ok == NK_DLV || ok == NK_USEDV};
     int rc = cs_py.Capsule_SetName(cap, name);
     if (rc != 0 || !e.mt)
         return rc;
@@ -413,29 +435,26 @@ static int hook_IsValid(PyObject_ *cap, const char *name)
 static int hook_SetDestructor(PyObject_ *cap, cs_capsule_dtor d)
 {
     GIL_CHECK();
-    /* our wrapper stays in place; the new destructor becomes the original */
-    if (cupdate(cap, d, NULL, 0))
-        return 0;
+    /* ours stays ours: the stub of the new destructor takes over (when
+     * the stubs have run out, the capsule gets d itself) */
+    if (stub_index(d) < 0 && stub_index(cap_destructor(cap)) >= 0) {
+        int k = stub_for(d);
+        if (k >= 0)
+            d = stub((unsigned)k);
+    }
     return cs_py.Capsule_SetDestructor(cap, d);
 }
 
 static cs_capsule_dtor hook_GetDestructor(PyObject_ *cap)
 {
     GIL_CHECK();
-    capent e;
-    cs_capsule_dtor d = cs_py.Capsule_GetDestructor(cap);
-    if (d == capsule_dtor_tramp && cget(cap, &e, 0))
-        return e.orig;
-    return d;
+    return unwrap(cs_py.Capsule_GetDestructor(cap));
 }
 
 static int hook_SetPointer(PyObject_ *cap, void *p)
 {
     GIL_CHECK();
-    int rc = cs_py.Capsule_SetPointer(cap, p);
-    if (rc == 0)
-        cupdate(cap, NULL, p, 1);
-    return rc;
+    return cs_py.Capsule_SetPointer(cap, p);
 }
 
 const cs_hook cs_capsule_hooks[] = {
@@ -453,10 +472,7 @@ const int cs_capsule_nhooks = sizeof cs_capsule_hooks / sizeof cs_capsule_hooks[
 
 void *capsan_original_destructor(PyObject_ *cap)
 {
-    capent e;
-    if (cap && cget(cap, &e, 0))
-        return (void *)(uintptr_t)e.orig;
-    return cap ? (void *)(uintptr_t)cs_py.Capsule_GetDestructor(cap) : NULL;
+    return cap ? (void *)(uintptr_t)unwrap(cs_py.Capsule_GetDestructor(cap)) : NULL;
 }
 
 void *capsan_original_deleter(void *mt)

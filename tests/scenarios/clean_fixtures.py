@@ -18,6 +18,12 @@ cap = P.good(5)
 del cap
 exports += 1
 
+# a destructor set after the capsule was made runs, consumed or not
+cap = P.swapped(5)
+del cap
+assert C.consume_good(P.swapped(8)) == 28.0
+exports += 2
+
 # numpy and torch as consumers of the fixture's __dlpack__ object
 a = np.from_dlpack(P.Exporter(6))
 assert a.tolist() == [0, 1, 2, 3, 4, 5]
