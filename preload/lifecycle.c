@@ -8,10 +8,15 @@
 #include "lifecycle.h"
 #include "spin.h"
 
+#include <linux/membarrier.h>
+#include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #define NSTRIPES 64
 #define TOMB_PER_STRIPE 128
@@ -96,6 +101,11 @@ struct cs_lifecycle {
     size_t nkept, capkept;
     uint32_t gen;
     _Atomic int any_traced; /* some object has a finding: look for it per event */
+    /* stripe locks elided while one thread judges alone (cs_lc_lock) */
+    _Atomic int shared;            /* 1: every section takes its stripe lock */
+    _Atomic unsigned long owner;   /* the thread judging alone (pthread_self) */
+    _Atomic int owner_in;          /* the owner is inside an unlocked section */
+    cs_spin share_mu;
     stripe s[NSTRIPES];
 };
 
@@ -122,6 +132,9 @@ cs_lifecycle *cs_lc_create(cs_finding_cb cb, void *ud, int threadsafe)
     lc->cb = cb;
     lc->ud = ud;
     lc->threadsafe = threadsafe;
+    /* without expedited membarrier every section locks (cs_lc_lock) */
+    if (threadsafe && syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) != 0)
+        atomic_store(&lc->shared, 1);
     return lc; /* calloc: every lock starts clear */
 }
 
@@ -152,20 +165,78 @@ void cs_lc_destroy(cs_lifecycle *lc)
     free(lc);
 }
 
-void cs_lc_lock(cs_lifecycle *lc, uint64_t o)
+/* ---- locking: elided while one thread judges alone ----
+ * Most programs judge every event on one thread, the one running Python,
+ * and an uncontended atomic per event is still a cost there. The first
+ * thread to lock becomes the owner: it marks itself inside with a plain
+ * store (owner_in) and takes no lock while `shared` is 0. Another thread
+ * that needs a stripe sets `shared`, then membarrier(2) runs a full barrier
+ * on every running thread of the process, so either the owner sees
+ * `shared` before it enters or its mark is visible; the newcomer waits for
+ * the owner to leave. From then on every section locks. (The asymmetric
+ * fence of liburcu and folly: the rare side pays the syscall.) */
+static __thread int elided __attribute__((tls_model("initial-exec")));
+
+static void go_shared(cs_lifecycle *lc)
 {
-    if (lc->threadsafe)
-        cs_spin_lock(&stripe_of(lc, o)->mu);
+    unsigned long me = (unsigned long)pthread_self();
+    cs_spin_lock(&lc->share_mu);
+    if (!atomic_load(&lc->shared)) {
+        atomic_store(&lc->shared, 1);
+        syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0);
+        /* the owner itself (inside a section) has nothing to wait for */
+        while (atomic_load_explicit(&lc->owner_in, memory_order_acquire) &&
+               !(atomic_load(&lc->owner) == me && elided))
+            sched_yield();
+    }
+    cs_spin_unlock(&lc->share_mu);
 }
 
-void cs_lc_unlock(cs_lifecycle *lc, uint64_t o)
+static void lock_stripe(cs_lifecycle *lc, stripe *st)
 {
-    if (lc->threadsafe)
-        cs_spin_unlock(&stripe_of(lc, o)->mu);
+    if (!lc->threadsafe)
+        return;
+    if (!atomic_load_explicit(&lc->shared, memory_order_relaxed)) {
+        unsigned long me = (unsigned long)pthread_self(), none = 0;
+        unsigned long ow = atomic_load_explicit(&lc->owner, memory_order_relaxed);
+        if (!ow && atomic_compare_exchange_strong(&lc->owner, &none, me))
+            ow = me;
+        else if (!ow)
+            ow = none;
+        if (ow == me) {
+            atomic_store_explicit(&lc->owner_in, 1, memory_order_relaxed);
+            atomic_signal_fence(memory_order_seq_cst); /* membarrier orders the rest */
+            if (!atomic_load_explicit(&lc->shared, memory_order_relaxed)) {
+                elided = 1;
+                return;
+            }
+            atomic_store_explicit(&lc->owner_in, 0, memory_order_release);
+        } else {
+            go_shared(lc);
+        }
+    }
+    cs_spin_lock(&st->mu);
 }
+
+static void unlock_stripe(cs_lifecycle *lc, stripe *st)
+{
+    if (!lc->threadsafe)
+        return;
+    if (elided) {
+        elided = 0;
+        atomic_store_explicit(&lc->owner_in, 0, memory_order_release);
+        return;
+    }
+    cs_spin_unlock(&st->mu);
+}
+
+void cs_lc_lock(cs_lifecycle *lc, uint64_t o) { lock_stripe(lc, stripe_of(lc, o)); }
+void cs_lc_unlock(cs_lifecycle *lc, uint64_t o) { unlock_stripe(lc, stripe_of(lc, o)); }
 
 void cs_lc_lock_all(cs_lifecycle *lc)
 {
+    /* fork: the child has one thread and inherits `shared` set */
+    go_shared(lc);
     for (int i = 0; i < NSTRIPES; i++)
         cs_spin_lock(&lc->s[i].mu);
 }
@@ -724,16 +795,14 @@ static void each_live(cs_lifecycle *lc, int ns, void (*fn)(cs_lifecycle *, obj *
 {
     for (int i = 0; i < NSTRIPES; i++) {
         stripe *st = &lc->s[i];
-        if (lc->threadsafe)
-            cs_spin_lock(&st->mu);
+        lock_stripe(lc, st);
         for (size_t k = 0; k < st->cap; k++) {
             obj *o = &st->tab[k];
             if (o->key && o->ns == ns && o->state == CS_ST_CREATED &&
                 !(o->flags & OF_LEAK_REPORTED))
                 fn(lc, o, ud);
         }
-        if (lc->threadsafe)
-            cs_spin_unlock(&st->mu);
+        unlock_stripe(lc, st);
     }
 }
 
@@ -830,8 +899,7 @@ int cs_lc_finish(cs_lifecycle *lc, int how)
     int n = 0;
     for (int i = 0; i < NSTRIPES; i++) {
         stripe *st = &lc->s[i];
-        if (lc->threadsafe)
-            cs_spin_lock(&st->mu);
+        lock_stripe(lc, st);
         for (size_t j = 0; j < st->cap; j++) {
             obj *o = &st->tab[j];
             if (!o->key || o->state == CS_ST_RELEASED ||
@@ -850,8 +918,7 @@ int cs_lc_finish(cs_lifecycle *lc, int how)
             }
             n++;
         }
-        if (lc->threadsafe)
-            cs_spin_unlock(&st->mu);
+        unlock_stripe(lc, st);
     }
     return n;
 }
