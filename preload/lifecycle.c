@@ -109,19 +109,20 @@ struct cs_lifecycle {
     stripe s[NSTRIPES];
 };
 
+/* table index: a multiply, its high bits folded down (heap addresses have
+ * zero low bits, which a product alone keeps in its low bits) */
 static inline uint64_t mix(uint64_t k, int ns)
 {
-    k ^= (uint64_t)ns * 0x9e3779b97f4a7c15ull;
-    k ^= k >> 33;
-    k *= 0xff51afd7ed558ccdull;
-    k ^= k >> 33;
-    return k;
+    k = (k ^ (uint64_t)ns) * 0x9e3779b97f4a7c15ull;
+    return k ^ (k >> 29);
 }
 
 static inline stripe *stripe_of(cs_lifecycle *lc, uint64_t obj)
 {
-    /* both namespaces of one address share a stripe: one lock covers both */
-    return &lc->s[mix(obj, 0) % NSTRIPES];
+    /* the top bits of another product (Fibonacci hashing); both namespaces
+     * of one address share a stripe: one lock covers both */
+    _Static_assert(NSTRIPES == 64, "6 bits of stripe");
+    return &lc->s[((obj >> 4) * 0xff51afd7ed558ccdull) >> 58];
 }
 
 cs_lifecycle *cs_lc_create(cs_finding_cb cb, void *ud, int threadsafe)
@@ -176,6 +177,7 @@ void cs_lc_destroy(cs_lifecycle *lc)
  * the owner to leave. From then on every section locks. (The asymmetric
  * fence of liburcu and folly: the rare side pays the syscall.) */
 static __thread int elided __attribute__((tls_model("initial-exec")));
+static __thread int owner_self __attribute__((tls_model("initial-exec"))); /* 1: owner */
 
 static void go_shared(cs_lifecycle *lc)
 {
@@ -192,30 +194,33 @@ static void go_shared(cs_lifecycle *lc)
     cs_spin_unlock(&lc->share_mu);
 }
 
+/* 1 if this thread may go in unlocked (and is now marked inside) */
+static inline int enter_alone(cs_lifecycle *lc)
+{
+    if (atomic_load_explicit(&lc->shared, memory_order_relaxed))
+        return 0;
+    if (!owner_self) {
+        unsigned long me = (unsigned long)pthread_self(), none = 0;
+        if (!atomic_compare_exchange_strong(&lc->owner, &none, me) && none != me) {
+            go_shared(lc);
+            return 0;
+        }
+        owner_self = 1;
+    }
+    atomic_store_explicit(&lc->owner_in, 1, memory_order_relaxed);
+    atomic_signal_fence(memory_order_seq_cst); /* membarrier orders the rest */
+    if (!atomic_load_explicit(&lc->shared, memory_order_relaxed)) {
+        elided = 1;
+        return 1;
+    }
+    atomic_store_explicit(&lc->owner_in, 0, memory_order_release);
+    return 0;
+}
+
 static void lock_stripe(cs_lifecycle *lc, stripe *st)
 {
-    if (!lc->threadsafe)
-        return;
-    if (!atomic_load_explicit(&lc->shared, memory_order_relaxed)) {
-        unsigned long me = (unsigned long)pthread_self(), none = 0;
-        unsigned long ow = atomic_load_explicit(&lc->owner, memory_order_relaxed);
-        if (!ow && atomic_compare_exchange_strong(&lc->owner, &none, me))
-            ow = me;
-        else if (!ow)
-            ow = none;
-        if (ow == me) {
-            atomic_store_explicit(&lc->owner_in, 1, memory_order_relaxed);
-            atomic_signal_fence(memory_order_seq_cst); /* membarrier orders the rest */
-            if (!atomic_load_explicit(&lc->shared, memory_order_relaxed)) {
-                elided = 1;
-                return;
-            }
-            atomic_store_explicit(&lc->owner_in, 0, memory_order_release);
-        } else {
-            go_shared(lc);
-        }
-    }
-    cs_spin_lock(&st->mu);
+    if (lc->threadsafe && !enter_alone(lc))
+        cs_spin_lock(&st->mu);
 }
 
 static void unlock_stripe(cs_lifecycle *lc, stripe *st)
@@ -230,8 +235,21 @@ static void unlock_stripe(cs_lifecycle *lc, stripe *st)
     cs_spin_unlock(&st->mu);
 }
 
-void cs_lc_lock(cs_lifecycle *lc, uint64_t o) { lock_stripe(lc, stripe_of(lc, o)); }
-void cs_lc_unlock(cs_lifecycle *lc, uint64_t o) { unlock_stripe(lc, stripe_of(lc, o)); }
+void cs_lc_lock(cs_lifecycle *lc, uint64_t o)
+{
+    if (lc->threadsafe && !enter_alone(lc))
+        cs_spin_lock(&stripe_of(lc, o)->mu);
+}
+
+void cs_lc_unlock(cs_lifecycle *lc, uint64_t o)
+{
+    if (lc->threadsafe && elided) {
+        elided = 0;
+        atomic_store_explicit(&lc->owner_in, 0, memory_order_release);
+    } else if (lc->threadsafe) {
+        cs_spin_unlock(&stripe_of(lc, o)->mu);
+    }
+}
 
 void cs_lc_lock_all(cs_lifecycle *lc)
 {
@@ -892,34 +910,80 @@ size_t cs_lc_live(cs_lifecycle *lc)
     return n;
 }
 
+/* still alive at a normal exit, and nothing says it was meant to be */
+static int leaked_at_exit(cs_lifecycle *lc, const obj *o)
+{
+    if (!o->key || o->state == CS_ST_RELEASED ||
+        (o->flags & (OF_LEAK_REPORTED | OF_NULL_DELETER | OF_REACHABLE)))
+        return 0; /* reachable: LeakSanitizer's "still reachable" */
+    if (o->ns == CS_NS_NUMPY && kept_at_shutdown(lc, o->key))
+        return 0; /* referenced by a consumer alive at shutdown */
+    if (o->ns == CS_NS_NUMPY && o->nhist && (o->hist[0].flags & CS_EVF_IMPORT))
+        return 0; /* module data, made by an import: referenced at shutdown */
+    return 1;
+}
+
+typedef struct leak_ref {
+    uint64_t time, key;
+    int ns;
+} leak_ref;
+
+static int cmp_leak(const void *a, const void *b)
+{
+    const leak_ref *x = a, *y = b;
+    if (x->time != y->time)
+        return (x->time > y->time) - (x->time < y->time);
+    if (x->ns != y->ns)
+        return x->ns - y->ns;
+    return (x->key > y->key) - (x->key < y->key);
+}
+
+/* Leaks are reported in the order their objects were made, whatever table
+ * slot or stripe they sit in. */
 int cs_lc_finish(cs_lifecycle *lc, int how)
 {
     if (how != CS_END_EXIT)
         return 0;
-    int n = 0;
+    leak_ref *v = NULL;
+    size_t nv = 0, cap = 0;
     for (int i = 0; i < NSTRIPES; i++) {
         stripe *st = &lc->s[i];
         lock_stripe(lc, st);
         for (size_t j = 0; j < st->cap; j++) {
             obj *o = &st->tab[j];
-            if (!o->key || o->state == CS_ST_RELEASED ||
-                (o->flags & (OF_LEAK_REPORTED | OF_NULL_DELETER | OF_REACHABLE)))
-                continue; /* reachable: LeakSanitizer's "still reachable" */
-            if (o->ns == CS_NS_NUMPY && kept_at_shutdown(lc, o->key))
-                continue; /* referenced by a consumer alive at shutdown */
-            if (o->ns == CS_NS_NUMPY && o->nhist && (o->hist[0].flags & CS_EVF_IMPORT))
-                continue; /* module data, made by an import: referenced at shutdown */
+            if (!leaked_at_exit(lc, o))
+                continue;
+            if (nv == cap) {
+                size_t nc = cap ? cap * 2 : 64;
+                leak_ref *nb = realloc(v, nc * sizeof *nb);
+                if (!nb)
+                    break;
+                v = nb;
+                cap = nc;
+            }
+            v[nv++] = (leak_ref){o->nhist ? o->hist[0].time_ns : 0, o->key, o->ns};
+        }
+        unlock_stripe(lc, st);
+    }
+    if (nv)
+        qsort(v, nv, sizeof *v, cmp_leak);
+    int n = 0;
+    for (size_t i = 0; i < nv; i++) {
+        stripe *st = stripe_of(lc, v[i].key);
+        lock_stripe(lc, st);
+        obj *o = find(st, v[i].key, v[i].ns);
+        if (o && leaked_at_exit(lc, o)) {
             o->flags |= OF_LEAK_REPORTED;
-            if (o->ns == CS_NS_NUMPY) {
+            if (o->ns == CS_NS_NUMPY)
                 report(lc, NULL, CS_KIND_NUMPY_LEAK, o, NULL, 0, 0);
-            } else {
+            else
                 report(lc, NULL, CS_KIND_DLPACK_LEAK, o, NULL,
                        o->state == CS_ST_CONSUMED ? CS_LEAK_CONSUMED : CS_LEAK_NEVER_CONSUMED, 0);
-            }
             n++;
         }
         unlock_stripe(lc, st);
     }
+    free(v);
     return n;
 }
 
