@@ -852,19 +852,27 @@ typedef struct key_list {
     size_t n, cap;
 } key_list;
 
+/* Room for one more element of size `elem` in *v (n used of *cap);
+ * 0 when out of memory. */
+static int room_for_one(void *v, size_t n, size_t *cap, size_t elem)
+{
+    if (n < *cap)
+        return 1;
+    size_t nc = *cap ? *cap * 2 : 64;
+    void *nb = realloc(*(void **)v, nc * elem);
+    if (!nb)
+        return 0;
+    *(void **)v = nb;
+    *cap = nc;
+    return 1;
+}
+
 static void collect_key(cs_lifecycle *lc, obj *o, void *ud)
 {
     (void)lc;
     key_list *l = ud;
-    if (l->n == l->cap) {
-        size_t nc = l->cap ? l->cap * 2 : 256;
-        uint64_t *nv = realloc(l->v, nc * sizeof *nv);
-        if (!nv)
-            return;
-        l->v = nv;
-        l->cap = nc;
-    }
-    l->v[l->n++] = o->key;
+    if (room_for_one(&l->v, l->n, &l->cap, sizeof *l->v))
+        l->v[l->n++] = o->key;
 }
 
 static int cmp_u64(const void *a, const void *b)
@@ -953,14 +961,8 @@ int cs_lc_finish(cs_lifecycle *lc, int how)
             obj *o = &st->tab[j];
             if (!leaked_at_exit(lc, o))
                 continue;
-            if (nv == cap) {
-                size_t nc = cap ? cap * 2 : 64;
-                leak_ref *nb = realloc(v, nc * sizeof *nb);
-                if (!nb)
-                    break;
-                v = nb;
-                cap = nc;
-            }
+            if (!room_for_one(&v, nv, &cap, sizeof *v))
+                break;
             v[nv++] = (leak_ref){o->nhist ? o->hist[0].time_ns : 0, o->key, o->ns};
         }
         unlock_stripe(lc, st);
