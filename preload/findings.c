@@ -23,7 +23,6 @@
 /* initial-exec: the default model would call __tls_get_addr per event */
 static __thread cs_finding *pending __attribute__((tls_model("initial-exec")));
 __thread unsigned cs_findings_npending __attribute__((tls_model("initial-exec")));
-#define npending cs_findings_npending
 static __thread unsigned cappending __attribute__((tls_model("initial-exec")));
 static pthread_mutex_t print_mu = PTHREAD_MUTEX_INITIALIZER;
 static cs_summary summary;
@@ -49,7 +48,7 @@ void cs_findings_cb(void *ud, const cs_finding *f)
 {
     (void)ud;
     atomic_fetch_add_explicit(&n_judged, 1, memory_order_relaxed);
-    if (npending == cappending) {
+    if (cs_findings_npending == cappending) {
         unsigned ncap = cappending ? cappending * 2 : 4;
         cs_finding *n = realloc(pending, ncap * sizeof *n);
         if (!n)
@@ -57,7 +56,7 @@ void cs_findings_cb(void *ud, const cs_finding *f)
         pending = n;
         cappending = ncap;
     }
-    pending[npending++] = *f;
+    pending[cs_findings_npending++] = *f;
 }
 
 unsigned cs_findings_errors(void) { return atomic_load(&n_errors); }
@@ -130,14 +129,14 @@ static int may_print(void)
  * grouped by where they were made, as LeakSanitizer prints them. */
 static void flush(int grouped)
 {
-    if (!npending)
+    if (!cs_findings_npending)
         return;
     int text = strcmp(cs_opt.report, "text") == 0;
     cs_out o = {out_fd, NULL, text && isatty(2)};
     cs_proc_info p = proc_info();
     cs_leak_groups groups = {0};
     pthread_mutex_lock(&print_mu);
-    for (unsigned i = 0; i < npending; i++) {
+    for (unsigned i = 0; i < cs_findings_npending; i++) {
         if (supp && cs_supp_match(supp, &pending[i], &live_src)) {
             summary.suppressed++;
             continue;
@@ -176,7 +175,7 @@ static void flush(int grouped)
     free(v);
     cs_lg_free(&groups);
     pthread_mutex_unlock(&print_mu);
-    npending = 0;
+    cs_findings_npending = 0;
 }
 
 void cs_findings_flush_pending(void) { flush(0); }
