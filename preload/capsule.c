@@ -17,66 +17,8 @@
 #include "spin.h"
 #include "options.h"
 #include "pyapi.h"
+#include "names.h"
 #include "runtime.h"
-
-enum {
-    NK_NONE = 0,
-    NK_DL,        /* dltensor */
-    NK_DLV,       /* dltensor_versioned */
-    NK_USED,      /* used_dltensor */
-    NK_USEDV,     /* used_dltensor_versioned */
-    NK_NPDL,      /* numpy_dltensor(_versioned): numpy's owner capsule */
-};
-
-/* Names are compared on every capsule call, most of them not DLPack's.
- * A name is compared with a literal a word at a time when all the bytes
- * read lie in the page of its first byte (so no read can fault), else
- * with strcmp. */
-static inline uint64_t ld8(const char *p)
-{
-    uint64_t v;
-    memcpy(&v, p, 8);
-    return v;
-}
-
-/* n = sizeof the literal, NUL included, at least 9: whole words, then an
- * overlapping last word. Constant-folds to a few compares. */
-static inline int eqn(const char *s, const char *lit, size_t n)
-{
-    if (((uintptr_t)s & 4095) > 4096 - n)
-        return strcmp(s, lit) == 0;
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        if (ld8(s + i) != ld8(lit + i))
-            return 0;
-    return i == n || ld8(s + n - 8) == ld8(lit + n - 8);
-}
-#define eq(s, lit) eqn(s, lit, sizeof lit)
-
-static inline int name_kind(const char *n)
-{
-    if (!n)
-        return NK_NONE;
-    switch (n[0]) {
-    case 'd':
-        if (eq(n, "dltensor"))
-            return NK_DL;
-        if (eq(n, "dltensor_versioned"))
-            return NK_DLV;
-        return NK_NONE;
-    case 'u':
-        if (eq(n, "used_dltensor"))
-            return NK_USED;
-        if (eq(n, "used_dltensor_versioned"))
-            return NK_USEDV;
-        return NK_NONE;
-    case 'n':
-        if (eq(n, "numpy_dltensor") || eq(n, "numpy_dltensor_versioned"))
-            return NK_NPDL;
-        return NK_NONE;
-    }
-    return NK_NONE;
-}
 
 /* ---- reading a capsule ----
  * PyCapsule has kept one layout since 3.1 (PyObject_HEAD, pointer, name,

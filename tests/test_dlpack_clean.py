@@ -10,7 +10,7 @@ import re
 
 import pytest
 
-from conftest import (SCENARIOS, contract_options, events_at, findings, kinds, marker_line,
+from conftest import (BUILD, FIXDIR, SCENARIOS, contract_options, events_at, findings, kinds, marker_line,
                       process_of, run_capsan, run_plain, summarize)
 
 S = SCENARIOS
@@ -210,3 +210,13 @@ def test_full_trace_replays_clean(tmp_path, script, args):
     res = run_capsan(S / script, tmp_path, options=["record_all=1"], args=args)
     nprocs = 2 if script == "clean_fork.py" else 1
     assert_clean(res, min_events=10, nprocs=nprocs)
+
+
+def test_more_destructors_than_stubs_clean(tmp_path):
+    """Capsan forwards each capsule's death through a stub per distinct
+    destructor; past its 64 stubs, capsules keep their own destructor. Both
+    kinds must release every tensor once and report nothing."""
+    env = {"PYTHONPATH": f"{BUILD / 'python'}:{FIXDIR}"}
+    res = run_capsan(S / "clean_many_destructors.py", tmp_path, mode="preload", env=env)
+    assert_clean(res, min_events=64 * 2)
+    assert "destructors ok 70" in res.stdout, res.describe()

@@ -1,0 +1,71 @@
+/* Capsule names, classified on every PyCapsule call (capsule.c).
+ * Most capsule traffic is not DLPack's, so this must cost next to nothing
+ * and must never fault on a name that ends at the edge of a mapping. */
+#ifndef CAPSAN_NAMES_H
+#define CAPSAN_NAMES_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+enum {
+    NK_NONE = 0,
+    NK_DL,        /* dltensor */
+    NK_DLV,       /* dltensor_versioned */
+    NK_USED,      /* used_dltensor */
+    NK_USEDV,     /* used_dltensor_versioned */
+    NK_NPDL,      /* numpy_dltensor(_versioned): numpy's owner capsule */
+};
+
+/* Names are compared on every capsule call, most of them not DLPack's.
+ * A name is compared with a literal a word at a time when all the bytes
+ * read lie in the page of its first byte (so no read can fault), else
+ * with strcmp. */
+static inline uint64_t ld8(const char *p)
+{
+    uint64_t v;
+    memcpy(&v, p, 8);
+    return v;
+}
+
+/* n = sizeof the literal, NUL included, at least 9: whole words, then an
+ * overlapping last word. Constant-folds to a few compares. */
+static inline int eqn(const char *s, const char *lit, size_t n)
+{
+    if (((uintptr_t)s & 4095) > 4096 - n)
+        return strcmp(s, lit) == 0;
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        if (ld8(s + i) != ld8(lit + i))
+            return 0;
+    return i == n || ld8(s + n - 8) == ld8(lit + n - 8);
+}
+#define eq(s, lit) eqn(s, lit, sizeof lit)
+
+/* What a capsule name says: NK_NONE for every name DLPack does not use. */
+static inline int name_kind(const char *n)
+{
+    if (!n)
+        return NK_NONE;
+    switch (n[0]) {
+    case 'd':
+        if (eq(n, "dltensor"))
+            return NK_DL;
+        if (eq(n, "dltensor_versioned"))
+            return NK_DLV;
+        return NK_NONE;
+    case 'u':
+        if (eq(n, "used_dltensor"))
+            return NK_USED;
+        if (eq(n, "used_dltensor_versioned"))
+            return NK_USEDV;
+        return NK_NONE;
+    case 'n':
+        if (eq(n, "numpy_dltensor") || eq(n, "numpy_dltensor_versioned"))
+            return NK_NPDL;
+        return NK_NONE;
+    }
+    return NK_NONE;
+}
+
+#endif

@@ -1,0 +1,83 @@
+/* Unit tests of preload/names.h: every DLPack name and its near misses are
+ * classified right wherever they sit, and a name that ends on the last byte
+ * before an unmapped page is read without a fault. */
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "names.h"
+
+static int failures, checks;
+
+#define CHECK(cond, ...)                                                       \
+    do {                                                                       \
+        checks++;                                                              \
+        if (!(cond)) {                                                         \
+            failures++;                                                        \
+            fprintf(stderr, "%s:%d: FAILED %s: ", __FILE__, __LINE__, #cond);  \
+            fprintf(stderr, __VA_ARGS__);                                      \
+            fputc('\n', stderr);                                               \
+        }                                                                      \
+    } while (0)
+
+static const struct {
+    const char *name;
+    int kind;
+} cases[] = {
+    {"dltensor", NK_DL},
+    {"dltensor_versioned", NK_DLV},
+    {"used_dltensor", NK_USED},
+    {"used_dltensor_versioned", NK_USEDV},
+    {"numpy_dltensor", NK_NPDL},
+    {"numpy_dltensor_versioned", NK_NPDL},
+    /* near misses: a byte short, a byte long, one byte changed */
+    {"", NK_NONE},
+    {"d", NK_NONE},
+    {"dltenso", NK_NONE},
+    {"dltensorX", NK_NONE},
+    {"dltensor_", NK_NONE},
+    {"Dltensor", NK_NONE},
+    {"dltensoR", NK_NONE},
+    {"dltensor_versione", NK_NONE},
+    {"dltensor_versioned_", NK_NONE},
+    {"used_dltensor_", NK_NONE},
+    {"used_dltensoR", NK_NONE},
+    {"used_dltensor_versionedX", NK_NONE},
+    {"numpy_dltenso", NK_NONE},
+    {"numpy_dltensor_v", NK_NONE},
+    {"mem_handler", NK_NONE},
+    {"torch.Tensor", NK_NONE},
+};
+
+int main(void)
+{
+    long pg = sysconf(_SC_PAGESIZE);
+    char *map = mmap(NULL, (size_t)pg * 2, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (map == MAP_FAILED || mprotect(map + pg, (size_t)pg, PROT_NONE) != 0) {
+        perror("mmap");
+        return 1;
+    }
+    CHECK(name_kind(NULL) == NK_NONE, "NULL");
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        size_t len = strlen(cases[i].name) + 1;
+        /* the NUL on the page's last byte, then every shift back to 40 bytes
+         * before it: both the word-wise and the strcmp path */
+        for (size_t back = 0; back <= 40; back++) {
+            char *s = map + pg - len - back;
+            memset(map, 'x', (size_t)pg);
+            memcpy(s, cases[i].name, len);
+            int k = name_kind(s);
+            CHECK(k == cases[i].kind, "\"%s\" %zu bytes before the guard page: %d, not %d",
+                  cases[i].name, back, k, cases[i].kind);
+        }
+    }
+    char *mh = map + pg - sizeof "mem_handler";
+    memcpy(mh, "mem_handler", sizeof "mem_handler");
+    CHECK(eq(mh, "mem_handler"), "mem_handler at the page end");
+    mh[3] = '-';
+    CHECK(!eq(mh, "mem_handler"), "mem-handler is not mem_handler");
+    munmap(map, (size_t)pg * 2);
+    printf("test_names: %d passed, %d failed\n", checks - failures, failures);
+    return failures != 0;
+}
