@@ -74,7 +74,7 @@ $(B)/tests/pyshared: tests/pyshared.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -I$(PYINC) -o $@ $< -lpython3.11
 
-$(B)/tests/unit/%: tests/unit/%.c $(B)/obj/cli/preload/lifecycle.o $(B)/obj/cli/reports/render.o
+$(B)/tests/unit/%: tests/unit/%.c tests/unit/check.h preload/names.h $(B)/obj/cli/preload/lifecycle.o $(B)/obj/cli/reports/render.o
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Ipreload -Ireports -o $@ $< $(B)/obj/cli/preload/lifecycle.o $(B)/obj/cli/reports/render.o
 

@@ -7,9 +7,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check.h"
+
 #include "lifecycle.h"
 
-static int failures, checks;
 static cs_finding got[64];
 static int ngot;
 static cs_event sunk[64];
@@ -29,16 +30,6 @@ static void on_sink(void *ud, const cs_event *ev)
         sunk[nsunk++] = *ev;
 }
 
-#define CHECK(cond, ...)                                                       \
-    do {                                                                       \
-        checks++;                                                              \
-        if (!(cond)) {                                                         \
-            failures++;                                                        \
-            fprintf(stderr, "%s:%d: FAILED %s: ", __FILE__, __LINE__, #cond);  \
-            fprintf(stderr, __VA_ARGS__);                                      \
-            fputc('\n', stderr);                                               \
-        }                                                                      \
-    } while (0)
 
 static cs_lifecycle *fresh(int protect)
 {

@@ -6,20 +6,11 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "check.h"
+
 #include "names.h"
 
-static int failures, checks;
 
-#define CHECK(cond, ...)                                                       \
-    do {                                                                       \
-        checks++;                                                              \
-        if (!(cond)) {                                                         \
-            failures++;                                                        \
-            fprintf(stderr, "%s:%d: FAILED %s: ", __FILE__, __LINE__, #cond);  \
-            fprintf(stderr, __VA_ARGS__);                                      \
-            fputc('\n', stderr);                                               \
-        }                                                                      \
-    } while (0)
 
 static const struct {
     const char *name;
