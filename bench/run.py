@@ -60,10 +60,13 @@ def measure(label, argv, configs, inner=False):
     w, c, _, _ = ratios(times, "plain", "plain")
     what = "loop" if inner else "process"
     print(f"{label}: plain {what} {w:.3f}s wall, {c:.3f}s CPU (medians of {REPEAT})")
+    ratio = {}
     for name, _ in configs[1:]:
         w, c, rw, rc = ratios(times, name, "plain")
+        ratio[name] = rw
         print(f"  {name:32s} {w:.3f}s wall  ratio {rw:.2f}x | {c:.3f}s CPU  ratio {rc:.2f}x")
     subprocess.run(["rm", "-rf", tmp])
+    return ratio
 
 
 def run_report(capsan, fmt, trace, out):
@@ -235,11 +238,14 @@ def main():
         allocator_cost()
         return
     n = os.environ.get("BENCH_EXCHANGES", "200000")
-    measure(f"W2 numpy<->torch DLPack round trips ({n} exchanges)",
-            [PY, os.path.join(ROOT, "bench", "roundtrip.py"), n],
-            [("plain", None),
-             ("capsan, native+python stacks", ""),
-             ("capsan, stacks off", "native_depth=0:python_depth=0")], inner=True)
+    w2 = measure(f"W2 numpy<->torch DLPack round trips ({n} exchanges)",
+                 [PY, os.path.join(ROOT, "bench", "roundtrip.py"), n],
+                 [("plain", None),
+                  ("capsan, native+python stacks", ""),
+                  ("capsan, stacks off", "native_depth=0:python_depth=0")], inner=True)
+    for name, limit in (("capsan, native+python stacks", 1.5), ("capsan, stacks off", 1.15)):
+        verdict = "met" if w2[name] <= limit else "NOT met"
+        print(f"  target (issue 2): {name} <= {limit:.2f}x wall: {w2[name]:.2f}x, {verdict}")
     numpy_alloc()
     measure("start-up: import numpy, torch",
             [PY, "-c", "import numpy, torch"],
