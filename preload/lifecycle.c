@@ -83,6 +83,7 @@ typedef struct stripe {
     unsigned fifo_head, fifo_len;
     uint64_t nevents;      /* events judged here (counted under mu) */
     int64_t live[4];       /* this stripe's share of cs_lc_totals (under mu) */
+    uint32_t gen;          /* generations of this stripe's objects (under mu) */
     char pad[64];
 } stripe;
 
@@ -99,7 +100,6 @@ struct cs_lifecycle {
     cs_spin kept_mu;
     uint64_t *kept;
     size_t nkept, capkept;
-    uint32_t gen;
     _Atomic int any_traced; /* some object has a finding: look for it per event */
     /* stripe locks elided while one thread judges alone (cs_lc_lock) */
     _Atomic int shared;            /* 1: every section takes its stripe lock */
@@ -391,9 +391,9 @@ static void flush(cs_lifecycle *lc, obj *o, judge *j)
     o->nflushed = o->nhist;
 }
 
-static void reset(cs_lifecycle *lc, obj *o)
+static void reset(stripe *st, obj *o)
 {
-    o->gen = ++lc->gen;
+    o->gen = ++st->gen;
     o->state = CS_ST_CREATED;
     o->flags = 0;
     o->nhist = 0;
@@ -526,7 +526,7 @@ static unsigned dlpack_event(cs_lifecycle *lc, stripe *st, obj *o, const cs_even
         }
         if (!o && !(o = insert(st, ev->obj, CS_NS_DLPACK)))
             return 0;
-        reset(lc, o);
+        reset(st, o);
         o->capsule = ev->a;
         o->bytes = ev->c;
         count(st, o, 1);
@@ -688,7 +688,7 @@ static unsigned numpy_event(cs_lifecycle *lc, stripe *st, obj *o, const cs_event
             count(st, o, -1); /* a missed free: the old block is gone */
         if (!o && !(o = insert(st, ev->obj, CS_NS_NUMPY)))
             return 0;
-        reset(lc, o);
+        reset(st, o);
         o->bytes = ev->a;
         count(st, o, 1);
         hist_add(st, o, ev, j);
