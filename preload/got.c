@@ -4,7 +4,6 @@
 #include <dlfcn.h>
 #include <elf.h>
 #include <link.h>
-#include <stdatomic.h>
 #include <stddef.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -30,7 +29,6 @@ typedef struct patched {
 
 static const cs_hook *hooks;
 static int nhooks;
-static _Atomic uint64_t widened; /* bit i: hooks[i] now goes everywhere */
 static uintptr_t self_base;
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static patched *objs;
@@ -132,8 +130,7 @@ static void patch_relocs(patched *p, uintptr_t base, const ElfW(Sym) *symtab, co
         if (name >= strsz)
             continue;
         const cs_hook *h = match(strtab + name);
-        if (!h || (h->only_in && !strstr(p->name, h->only_in) &&
-                   !(atomic_load(&widened) & (1ull << (h - hooks)))))
+        if (!h || (h->only_in && !strstr(p->name, h->only_in)))
             continue;
         uintptr_t addr = base + r_offset;
         if (*(uintptr_t *)addr == (uintptr_t)h->replacement)
@@ -252,28 +249,6 @@ int cs_got_scan(void)
     }
     pthread_mutex_unlock(&mu);
     return c.patched;
-}
-
-static int widen_cb(struct dl_phdr_info *info, size_t size, void *data)
-{
-    (void)size;
-    (void)data;
-    const char *name = info->dlpi_name ? info->dlpi_name : "";
-    patched *p = lookup(info->dlpi_addr, info->dlpi_phdr, name);
-    if (p)
-        patch_object(p, info); /* slots already ours are left as they are */
-    return 0;
-}
-
-void cs_got_widen(const char *name)
-{
-    const cs_hook *h = match(name);
-    if (!h || h - hooks >= 64)
-        return;
-    pthread_mutex_lock(&mu);
-    if (!(atomic_fetch_or(&widened, 1ull << (h - hooks)) & (1ull << (h - hooks))))
-        dl_iterate_phdr(widen_cb, NULL); /* objects not seen yet get it from cs_got_scan */
-    pthread_mutex_unlock(&mu);
 }
 
 void cs_got_forget_unloaded(void)

@@ -17,9 +17,6 @@ typedef struct cs_hook {
 void cs_got_init(const cs_hook *hooks, int n, const void *self);
 /* Patch objects loaded since the last scan. Returns how many were patched. */
 int cs_got_scan(void);
-/* Patch hook `name` in every object from now on, not only in those its
- * only_in names: walks every object patched so far once more. */
-void cs_got_widen(const char *name);
 /* Forget objects that were unloaded (after dlclose). */
 void cs_got_forget_unloaded(void);
 /* Write every original value back (capsan.stop()). */

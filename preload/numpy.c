@@ -15,7 +15,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "got.h"
 #include "options.h"
 #include "plausible.h"
 #include "pyapi.h"
@@ -68,18 +67,12 @@ static unsigned ctx_bit(uintptr_t p)
     return (unsigned)(((uint64_t)(p >> 4) * 0x9e3779b97f4a7c15ull) >> 52);
 }
 
-/* free() is hooked in numpy's module only until some handler has a ctx
- * that could be freed: then in every object (cs_got_widen, once) */
-static _Atomic int free_everywhere;
-
-/* hmu held; returns 1 when free() must now be watched everywhere */
-static int watch_ctx(const void *ctx)
+static void watch_ctx(const void *ctx)
 {
-    if (!ctx)
-        return 0;
-    unsigned b = ctx_bit((uintptr_t)ctx);
-    atomic_fetch_or(&ctx_bits[b >> 6], 1ull << (b & 63));
-    return !atomic_exchange(&free_everywhere, 1);
+    if (ctx) {
+        unsigned b = ctx_bit((uintptr_t)ctx);
+        atomic_fetch_or(&ctx_bits[b >> 6], 1ull << (b & 63));
+    }
 }
 
 static __thread const void *cur_cap __attribute__((tls_model("initial-exec")));
@@ -120,19 +113,18 @@ static uint32_t validate(const char *capname, const np_handler *h)
  * be reused by a new handler after the old one was freed). */
 static void remember_as(const np_handler *h, int refresh)
 {
-    int widen = 0;
     cs_spin_lock(&hmu);
     known *k = known_of(h);
     if (k && refresh && !k->gone) {
         memcpy(&k->snap, h, sizeof *h);
         k->ctx_freed = 0;
-        widen = watch_ctx(h->allocator.ctx);
+        watch_ctx(h->allocator.ctx);
     } else if (!k && nhandlers < MAX_HANDLERS) {
         handlers[nhandlers].h = h;
         memcpy(&handlers[nhandlers].snap, h, sizeof *h);
         handlers[nhandlers].gone = 0;
         handlers[nhandlers].ctx_freed = 0;
-        widen = watch_ctx(h->allocator.ctx);
+        watch_ctx(h->allocator.ctx);
         /* names that say what memory they hand out */
         handlers[nhandlers].device = strstr(h->name, "cuda_host") || strstr(h->name, "pinned")
                                          ? 3 /* kDLCUDAHost */
@@ -142,8 +134,6 @@ static void remember_as(const np_handler *h, int refresh)
         nhandlers++;
     }
     cs_spin_unlock(&hmu);
-    if (widen)
-        cs_got_widen("free");
 }
 
 static void remember(const np_handler *h) { remember_as(h, 0); }
@@ -367,8 +357,8 @@ static int hook_cv_set(PyObject_ *var, PyObject_ *value)
 
 /* numpy frees an OWNDATA array's data with plain free() when it has no
  * handler, right after reading NUMPY_WARN_IF_NO_MEM_POLICY (1.24
- * array_dealloc). getenv is hooked in numpy's own module only; so is free
- * until a handler with a ctx is known (watch_ctx). */
+ * array_dealloc). getenv is hooked in numpy's own module only; free in
+ * every object, to also see a handler's ctx being freed. */
 static char *hook_getenv(const char *name)
 {
     if (name && name[0] == 'N' && !strcmp(name, "NUMPY_WARN_IF_NO_MEM_POLICY"))
@@ -411,7 +401,7 @@ const cs_hook cs_numpy_hooks[] = {
     {"PyContextVar_New", (void *)hook_cv_new, NULL},
     {"PyContextVar_Set", (void *)hook_cv_set, NULL},
     {"getenv", (void *)hook_getenv, NUMPY_MODULE},
-    {"free", (void *)hook_free, NUMPY_MODULE}, /* widened by watch_ctx */
+    {"free", (void *)hook_free, NULL},
 };
 const int cs_numpy_nhooks = sizeof cs_numpy_hooks / sizeof cs_numpy_hooks[0];
 
