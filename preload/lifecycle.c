@@ -217,6 +217,16 @@ static inline int enter_alone(cs_lifecycle *lc)
     return 0;
 }
 
+/* 1 if this thread's section was an unlocked one (and is now left) */
+static inline int leave_alone(cs_lifecycle *lc)
+{
+    if (!elided)
+        return 0;
+    elided = 0;
+    atomic_store_explicit(&lc->owner_in, 0, memory_order_release);
+    return 1;
+}
+
 static void lock_stripe(cs_lifecycle *lc, stripe *st)
 {
     if (lc->threadsafe && !enter_alone(lc))
@@ -225,31 +235,12 @@ static void lock_stripe(cs_lifecycle *lc, stripe *st)
 
 static void unlock_stripe(cs_lifecycle *lc, stripe *st)
 {
-    if (!lc->threadsafe)
-        return;
-    if (elided) {
-        elided = 0;
-        atomic_store_explicit(&lc->owner_in, 0, memory_order_release);
-        return;
-    }
-    cs_spin_unlock(&st->mu);
+    if (lc->threadsafe && !leave_alone(lc))
+        cs_spin_unlock(&st->mu);
 }
 
-void cs_lc_lock(cs_lifecycle *lc, uint64_t o)
-{
-    if (lc->threadsafe && !enter_alone(lc))
-        cs_spin_lock(&stripe_of(lc, o)->mu);
-}
-
-void cs_lc_unlock(cs_lifecycle *lc, uint64_t o)
-{
-    if (lc->threadsafe && elided) {
-        elided = 0;
-        atomic_store_explicit(&lc->owner_in, 0, memory_order_release);
-    } else if (lc->threadsafe) {
-        cs_spin_unlock(&stripe_of(lc, o)->mu);
-    }
-}
+void cs_lc_lock(cs_lifecycle *lc, uint64_t o) { lock_stripe(lc, stripe_of(lc, o)); }
+void cs_lc_unlock(cs_lifecycle *lc, uint64_t o) { unlock_stripe(lc, stripe_of(lc, o)); }
 
 void cs_lc_lock_all(cs_lifecycle *lc)
 {

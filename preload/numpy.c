@@ -270,9 +270,10 @@ static int hook_track(unsigned int domain, uintptr_t ptr, size_t size)
         const np_handler *h =
             take_handler(&cap, (uintptr_t)__builtin_return_address(0), 1);
         if (ptr && cs_recording) {
-            if (h) /* the legacy PyDataMem_NEW may run without the GIL */
-                cs_check_gil(__builtin_return_address(0), CS_NOGIL_HANDLER);
-            cs_event ev = {.kind = CS_EV_NP_ALLOC, .obj = ptr, .a = size,
+            /* the legacy PyDataMem_NEW may run without the GIL; the
+             * answer goes on to the event (one check per call) */
+            uint8_t g = h ? (uint8_t)cs_check_gil(__builtin_return_address(0), CS_NOGIL_HANDLER) : 0;
+            cs_event ev = {.kind = CS_EV_NP_ALLOC, .obj = ptr, .a = size, .flags = g,
                            .b = (uint64_t)(uintptr_t)cap, .c = (uint64_t)(uintptr_t)h};
             cs_emit(&ev, 1, NULL, NULL);
         }
@@ -287,9 +288,8 @@ static int hook_untrack(unsigned int domain, uintptr_t ptr)
         const np_handler *h =
             take_handler(&cap, (uintptr_t)__builtin_return_address(0), 0);
         if (ptr && cs_recording) {
-            if (h)
-                cs_check_gil(__builtin_return_address(0), CS_NOGIL_HANDLER);
-            cs_event ev = {.kind = CS_EV_NP_FREE, .obj = ptr, .b = (uint64_t)(uintptr_t)cap,
+            uint8_t g = h ? (uint8_t)cs_check_gil(__builtin_return_address(0), CS_NOGIL_HANDLER) : 0;
+            cs_event ev = {.kind = CS_EV_NP_FREE, .obj = ptr, .flags = g, .b = (uint64_t)(uintptr_t)cap,
                            .c = (uint64_t)(uintptr_t)h, .extra = staleness(h)};
             /* a free's native frames are numpy's own dealloc path; where
              * the array died is the Python line */
