@@ -186,14 +186,23 @@ def test_clean_program_keeps_its_exit_status(tmp_path, interp):
             "sys.exit(5)\n")
     res = run_capsan(code, tmp_path / "a", interpreter=interp)
     assert res.returncode == 5, res.describe()
-    assert findings(res.report) == []
+    assert_seen_clean(res, status=5)
     code = ("import dlconsumer as C, dlproducer as P\n"
             "C.consume_good(P.good(4))\n"
             "raise SystemError('boom')\n")
     res = run_capsan(code, tmp_path / "b", interpreter=interp)
     assert res.returncode == 1, res.describe()
     assert "SystemError: boom" in res.stderr
-    assert findings(res.report) == []
+    assert_seen_clean(res, status=1)
+
+
+def assert_seen_clean(res, status):
+    """No finding, and capsan did see the exchange (export, consume, delete)."""
+    assert res.report is not None, "no trace file was written\n" + res.describe()
+    assert findings(res.report) == [], res.describe()
+    p = process_of(res.report)
+    assert p["ended"] == "exit" and p["status"] == status, p
+    assert p["summary"]["events"] >= 3, res.describe()
 
 
 def _need_record_all():

@@ -20,7 +20,10 @@ def test_deleter_uses_python_without_gil(tmp_path):
     assert res.returncode == 23, res.describe()
     got = findings(res.report, "dlpack-deleter-no-gil")
     assert len(got) == 1, summarize(res.report)
-    # no Python frames without the GIL: the native frame names the deleter
+    # the thread's Python frames are read without the GIL too (torch runs
+    # the deleter from `del t`); the native frame names the deleter
+    assert_finding_at(res, "dlpack-deleter-no-gil", S, "torch-frees", event="call",
+                      innermost=False)
     frames = [fr for e in got[0]["events"] for fr in e["stack"] if not fr.get("python")]
     assert any("bad_deleter" in (fr.get("function") or "") for fr in frames), got[0]
     assert kinds(res.report) == {"dlpack-deleter-no-gil"}, summarize(res.report)

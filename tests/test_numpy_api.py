@@ -196,7 +196,7 @@ def test_trace_restores_the_handler_on_exceptions(tmp_path):
         print("nested findings", outer.findings, inner.findings)
     """, tmp_path)[0])
     assert "raised through" in out and "after default_allocator" in out, out
-    assert "findings []" in out, out
+    assert "findings []" in out.splitlines(), out
     assert ("nested capsan(default_allocator) capsan(capsan(default_allocator)) "
             "capsan(default_allocator) default_allocator") in out, out
     assert "nested findings [] []" in out, out
@@ -243,16 +243,22 @@ def test_trace_as_decorator(tmp_path):
 def test_trace_collects_dlpack_findings_too(tmp_path):
     """Findings of every kind reported while the scope is open belong to it
     (a DLPack double delete, skipped with protect=1), none from before it."""
-    out = ok(py("""
+    cp, path = py("""
         import numpy as np, capsan, dlproducer as P, dlconsumer as C
-        C.double_delete(P.good(4))          # before the scope: not in it
+        C.double_delete(P.good(4))          # <-- before the scope: not in it
         with capsan.trace() as t:
             C.double_delete(P.good(4))      # <-- in scope
         print("kinds", sorted(f.kind for f in t.findings))
-        print("all", sorted(f.kind for f in capsan.findings()))
-    """, tmp_path, options=["protect=1"])[0])
+        print("at", [f.at for f in t.findings])
+        print("all", sorted(f.at for f in capsan.findings()))
+    """, tmp_path, options=["protect=1"])
+    out = ok(cp)
+    before = f"{path.name}:{marker_line(path, 'before the scope: not in it')}"
+    inside = f"{path.name}:{marker_line(path, 'in scope')}"
     assert "kinds ['dlpack-double-delete']" in out, out
-    assert "all ['dlpack-double-delete', 'dlpack-double-delete']" in out, out
+    # the same kind twice: the line tells the scope's finding from the earlier one
+    assert f"at ['{inside}']" in out.splitlines(), out
+    assert f"all {sorted([before, inside])}" in out.splitlines(), out
 
 
 def test_handler_wraps_a_given_inner_handler(tmp_path):

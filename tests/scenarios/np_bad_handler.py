@@ -36,7 +36,7 @@ def misnamed():
     except MemoryError as e:
         print("MemoryError", type(e.__cause__ or e.__context__).__name__, flush=True)
     else:
-        print("no MemoryError", flush=True)
+        print("allocation succeeded", flush=True)
     finally:
         B.set_handler(old)
 

@@ -84,18 +84,36 @@ def aligned_section(traced):
 
 def threads_section(traced):
     errors, shared, lock = [], [], threading.Lock()
+    made, cleared = threading.Barrier(4, timeout=60), threading.Barrier(4, timeout=60)
+
+    def body(k):
+        for i in range(500):
+            a = np.full(16 + (i % 64), k, dtype=np.int64)
+            if a[0] != k:
+                errors.append((k, i))
+            if i % 50 == 0:
+                with lock:
+                    shared.append(a)
+                    if len(shared) > 6:
+                        shared.pop(0)
+        made.wait()
+        if k == 0:
+            with lock:
+                shared.clear()  # frees blocks the other threads made
+        cleared.wait()
 
     def worker(k):
         try:
-            for i in range(500):
-                a = np.full(16 + (i % 64), k, dtype=np.int64)
-                if a[0] != k:
-                    errors.append((k, i))
-                if i % 50 == 0:
-                    with lock:
-                        shared.append(a)
-                        if len(shared) > 6:
-                            shared.pop(0)
+            if traced:
+                # a new thread starts with numpy's default handler, not the
+                # one of the scope that started it: each opens its own
+                with capsan.trace() as t:
+                    assert handler_name().startswith("capsan("), handler_name()
+                    body(k)
+                with lock:
+                    scopes.append(t)
+            else:
+                body(k)
         except Exception as e:  # noqa: BLE001
             errors.append(repr(e))
 
@@ -105,10 +123,10 @@ def threads_section(traced):
             th.start()
         for th in ths:
             th.join()
-        shared.clear()
 
     in_scope(traced, run)
     assert not errors, errors[:3]
+    assert not traced or len(scopes) >= 4, "the workers' scopes were not kept"
 
 
 def asyncio_section(traced):

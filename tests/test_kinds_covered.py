@@ -1,0 +1,56 @@
+"""Every finding kind of the contract (preload/kinds.inc) has a test that
+commits the bug for real and asserts the kind and the Python file:line of
+the event that matters. This map names those tests; a kind added to
+kinds.inc without one, or a test renamed away, fails here."""
+import ast
+from pathlib import Path
+
+from conftest import contract_kinds
+
+HERE = Path(__file__).resolve().parent
+
+COVERED = {
+    "dlpack-double-delete": ["test_dlpack_findings.py::test_double_delete"],
+    "dlpack-unchecked-destructor": ["test_dlpack_findings.py::test_unchecked_destructor"],
+    "dlpack-not-renamed": ["test_dlpack_findings.py::test_not_renamed"],
+    "dlpack-reconsume": ["test_dlpack_findings.py::test_reconsume"],
+    "dlpack-leak": ["test_dlpack_findings.py::test_leak_consumed_never_deleted",
+                    "test_dlpack_findings.py::test_leak_capsule_without_destructor"],
+    "dlpack-null-deleter": ["test_dlpack_findings.py::test_null_deleter_warning",
+                            "test_dlpack_findings.py::test_null_deleter_call_segfaults"],
+    "dlpack-bad-tensor": ["test_dlpack_findings.py::test_bad_tensor"],
+    "dlpack-byte-offset-ignored": ["test_dlpack_findings.py::test_byte_offset_ignored_by_torch"],
+    "dlpack-deleter-no-gil": ["test_gil.py::test_deleter_uses_python_without_gil"],
+    "dlpack-device-mismatch": ["test_dlpack_findings.py::test_device_mismatch"],
+    "numpy-leak": ["test_numpy_findings.py::test_leak_keep_forever",
+                   "test_numpy_findings.py::test_leak_refcount",
+                   "test_numpy_findings.py::test_leak_at_exit"],
+    "numpy-double-free": ["test_numpy_findings.py::test_double_free_really_crashes",
+                          "test_numpy_findings.py::test_double_free_trace"],
+    "numpy-foreign-free": ["test_numpy_findings.py::test_foreign_free_offset16_really_crashes",
+                           "test_numpy_findings.py::test_foreign_free_exact_trace"],
+    "numpy-stale-handler": ["test_numpy_findings.py::test_stale_handler_swapped_in_place",
+                            "test_numpy_findings.py::test_stale_handler_struct_freed",
+                            "test_numpy_findings.py::test_stale_handler_ctx_freed"],
+    "numpy-bad-handler": ["test_numpy_findings.py::test_bad_handler_whole_run",
+                          "test_numpy_findings.py::test_bad_handler_trace"],
+    "capsule-no-gil": ["test_gil.py::test_capsule_call_without_gil"],
+    "numpy-handler-no-gil": ["test_gil.py::test_numpy_handler_without_gil"],
+}
+
+
+def test_every_contract_kind_has_a_test():
+    names = {n for n, _ in contract_kinds()}
+    assert names, "kinds.inc lists no kind"
+    assert names - set(COVERED) == set(), "kinds without a test that commits the bug"
+    assert set(COVERED) - names == set(), "kinds no longer in kinds.inc"
+
+
+def test_the_named_tests_exist():
+    defined = {}
+    for ref in {r for refs in COVERED.values() for r in refs}:
+        file, func = ref.split("::")
+        if file not in defined:
+            tree = ast.parse((HERE / file).read_text())
+            defined[file] = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
+        assert func in defined[file], f"{ref} does not exist"
