@@ -175,6 +175,15 @@ static void deleter_tramp(void *mt)
     }
     if (verdict & CS_VERDICT_SKIP)
         return;
+    /* R20 on the consumer's side: the metadata must reach the deleter as it
+     * was exported (a change before the consume was reported there). Only
+     * a live struct is read: a released one may be gone. */
+    if (found == 1 && origin.extra && cs_recording &&
+        cs_dl_fingerprint(mt, (origin.aux & CS_DLV_VERSIONED) != 0) != origin.extra) {
+        cs_event b = {.kind = CS_EV_BAD_TENSOR, .obj = ev.obj, .a = ev.a, .aux = 20,
+                      .extra = CS_BAD_MUTATED, .stack = ev.stack};
+        cs_emit(&b, 0, NULL, NULL);
+    }
     /* torch calls foreign deleters without the GIL (R12): whatever Python
      * the deleter reaches without taking it is reported (cs_check_gil) */
     if (nogil)

@@ -54,6 +54,7 @@ int cs_kind_from_name(const char *name)
 #define OF_NULL_DELETER 0x40 /* nothing can release it: never a leak */
 #define OF_TRACED 0x80       /* has a finding: its events go to the sink */
 #define OF_REACHABLE 0x100   /* at exit, module static data still points to it */
+#define OF_MUTATED 0x200     /* an R20 change already reported: one change, one finding */
 
 typedef struct obj {
     uint64_t key;      /* address; 0 = empty slot */
@@ -532,6 +533,12 @@ static unsigned dlpack_event(cs_lifecycle *lc, stripe *st, obj *o, const cs_even
 
     case CS_EV_BAD_TENSOR:
         if (o) {
+            /* a change made before the consume is seen again at the delete */
+            if (ev->extra == CS_BAD_MUTATED) {
+                if (o->flags & OF_MUTATED)
+                    return 0;
+                o->flags |= OF_MUTATED;
+            }
             report(lc, j, CS_KIND_DLPACK_BAD_TENSOR, o, ev, ev->extra, ev->b);
         } else {
             obj tmp = {.key = ev->obj};
@@ -753,7 +760,7 @@ unsigned cs_lc_judge(cs_lifecycle *lc, const cs_event *ev, cs_event *origin, int
     obj *o = find(st, ev->obj, ns);
     if (found) {
         /* what the object was made by, as it stood before this event */
-        *found = o && o->nhist;
+        *found = !(o && o->nhist) ? 0 : o->state == CS_ST_RELEASED ? 2 : 1;
         if (*found)
             *origin = o->hist[0];
     }
@@ -1128,8 +1135,13 @@ const char *cs_finding_message(const cs_finding *f, char *buf, size_t n)
                  "and its memory must outlive every consumer", t, p);
         break;
     case CS_KIND_DLPACK_BAD_TENSOR:
-        snprintf(buf, n, "%s 0x%llx: %s (value %lld)", t, p, bad_text(f->detail),
-                 (long long)f->value);
+        /* a missing pointer or a change has no offending value to show */
+        if (f->detail == CS_BAD_NULL_SHAPE || f->detail == CS_BAD_NULL_STRIDES_V12 ||
+            f->detail == CS_BAD_NULL_DATA || f->detail == CS_BAD_MUTATED || f->detail == CS_BAD_RENAME)
+            snprintf(buf, n, "%s 0x%llx: %s", t, p, bad_text(f->detail));
+        else
+            snprintf(buf, n, "%s 0x%llx: %s (value %lld)", t, p, bad_text(f->detail),
+                     (long long)f->value);
         break;
     case CS_KIND_DLPACK_BYTE_OFFSET_IGNORED:
         snprintf(buf, n, "%s 0x%llx has byte_offset %llu but was consumed by a consumer that "

@@ -83,8 +83,9 @@ void cs_lc_fork_child(cs_lifecycle *lc);
 /* Judge one event; findings go to the callback before it returns. */
 unsigned cs_lc_event(cs_lifecycle *lc, const cs_event *ev);
 /* The same, and when found != NULL also what cs_lc_origin would have said
- * just before: the object's creating event in *origin, *found = 1 if
- * known. One table lookup for both. */
+ * just before: the object's creating event in *origin, and *found = 1 if
+ * the object is known and live, 2 if known and already released, 0 if
+ * unknown. One table lookup for both. */
 unsigned cs_lc_judge(cs_lifecycle *lc, const cs_event *ev, cs_event *origin, int *found);
 
 /* The process ended. With how == CS_END_EXIT every object still alive is

@@ -247,6 +247,26 @@ def test_bad_tensor(tmp_path, bad):
     assert_lsan_stderr(res.stderr, "dlpack-bad-tensor")
 
 
+@pytest.mark.parametrize("side", ["producer", "consumer"])
+def test_bad_tensor_mutated_on_loan(tmp_path, side):
+    """R20: the producer halves the shape after the export (seen at the
+    consume), or the consumer writes into the shape (seen at the delete).
+    One change is one finding, although the delete sees the producer's too."""
+    script = S / "dl_mutated.py"
+    res = run_capsan(script, tmp_path, args=[side])
+    error_exit(res)
+    assert ("sum 6.0" if side == "producer" else "sum 28.0") in res.stdout, res.describe()
+    assert "deleted 1" in res.stdout, res.describe()
+    at = "consume" if side == "producer" else "reshape"
+    f = assert_finding_at(res, "dlpack-bad-tensor", script, at, event="check")
+    assert_finding_at(res, "dlpack-bad-tensor", script,
+                      "export" if side == "producer" else "export-c", event="export")
+    assert "changed while the tensor was on loan (R20)" in f["message"], f["message"]
+    assert "value" not in f["message"], f["message"]
+    assert len(findings(res.report)) == 1, res.describe()
+    only_kinds(res, ["dlpack-bad-tensor"])
+
+
 def test_bad_tensor_kinds_match_fixture():
     """BAD covers every malformation the fixture can produce (the versioned
     ones come from the scenario's own versioned capsule)."""
