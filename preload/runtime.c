@@ -78,6 +78,8 @@ unsigned cs_emit(cs_event *ev, int want_stack, cs_event *origin, int *found)
         if (origin && cs_lc) {
             cs_lc_lock(cs_lc, ev->obj);
             *found = cs_lc_origin(cs_lc, ns_of(ev), ev->obj, origin);
+            if (*found && cs_lc_state(cs_lc, ns_of(ev), ev->obj) == CS_ST_RELEASED)
+                *found = 2; /* as cs_lc_judge says it */
             cs_lc_unlock(cs_lc, ev->obj);
         }
         return 0;

@@ -13,12 +13,14 @@ extern cs_lifecycle *cs_lc;
  * observe return early when it is 0; trampolines still forward calls. */
 extern volatile int cs_recording;
 
-/* Record one event: capture the stack (unless stack_from != 0, whose stack
- * id is reused), judge it, write it. `export_out`, when not NULL, receives
- * the object's export event (1 returned in *found) read under the same
- * lock, so a trampoline learns the original deleter atomically with the
- * verdict. Returns the lifecycle verdict with CS_VERDICT_SKIP only when
- * protect=1. ev->stack is filled in. */
+/* Record one event: capture the stack (unless want_stack is 0 and
+ * ev->stack is already set, whose stack id is reused), judge it, write it.
+ * `export_out`, when not NULL, receives the object's export event read
+ * under the same lock, so a trampoline learns the original deleter
+ * atomically with the verdict; *found says what the object was just
+ * before (cs_lc_judge: 1 live, 2 released, 0 unknown). Returns the
+ * lifecycle verdict with CS_VERDICT_SKIP only when protect=1. ev->stack
+ * is filled in. */
 unsigned cs_emit(cs_event *ev, int want_stack, cs_event *export_out, int *found);
 /* want_stack: 0 none (reuse ev->stack), 1 native and Python, or: */
 #define CS_STACK_PYTHON 2 /* Python frames only while the GIL is held */
