@@ -21,7 +21,7 @@ RT_SRC   := $(wildcard preload/*.c) $(RT_SHARED)
 RT_OBJ   := $(patsubst %.c,$(B)/obj/rt/%.o,$(RT_SRC))
 # the report tool
 CLI_SRC  := $(filter-out $(RT_SHARED),$(wildcard reports/*.c))
-CLI_OBJ  := $(patsubst %.c,$(B)/obj/cli/%.o,$(CLI_SRC) preload/lifecycle.c $(RT_SHARED))
+CLI_OBJ  := $(patsubst %.c,$(B)/obj/cli/%.o,$(CLI_SRC) preload/lifecycle.c preload/options.c $(RT_SHARED))
 CLI_LIBS := -ldw -lelf -lm
 FIX_SRC  := $(wildcard tests/fixtures/*.c)
 FIX_SO   := $(patsubst tests/fixtures/%.c,$(B)/tests/%.so,$(FIX_SRC))

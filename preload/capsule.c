@@ -16,6 +16,7 @@
 #include "numpy.h"
 #include "spin.h"
 #include "options.h"
+#include "probe.h"
 #include "pyapi.h"
 #include "names.h"
 #include "runtime.h"
@@ -225,14 +226,30 @@ void cs_capsule_dtor_body(PyObject_ *cap, unsigned k)
 
 /* ---- hooks ---- */
 
+/* what a struct that cannot be followed is: only its check findings */
+static void bad_only(void *mt, PyObject_ *cap, const cs_dl_problem *probs, int np)
+{
+    for (int i = 0; i < np; i++) {
+        cs_event b = {.kind = CS_EV_BAD_TENSOR, .obj = (uint64_t)(uintptr_t)mt,
+                      .a = (uint64_t)(uintptr_t)cap, .aux = (uint16_t)probs[i].rule,
+                      .extra = probs[i].code, .b = (uint64_t)probs[i].value};
+        cs_emit(&b, i == 0, NULL, NULL);
+    }
+}
+
 static void export(void *mt, PyObject_ *cap, int versioned, uint8_t gil_flags)
 {
-    void **slot = cs_dl_deleter_slot(mt, versioned);
-    void *orig = *slot;
     cs_dl_problem probs[8];
     uint64_t nbytes;
     uint32_t fp;
     int np = cs_dl_check(mt, versioned, probs, 8, &nbytes, &fp);
+    if (np && (probs[0].code == CS_BAD_NULL_POINTER || probs[0].code == CS_BAD_UNREADABLE)) {
+        /* no struct to read or wrap: what the program does with it is its own */
+        bad_only(mt, cap, probs, np);
+        return;
+    }
+    void **slot = cs_dl_deleter_slot(mt, versioned);
+    void *orig = *slot;
     cs_event ev = {.kind = CS_EV_EXPORT, .obj = (uint64_t)(uintptr_t)mt,
                    .a = (uint64_t)(uintptr_t)cap, .b = (uint64_t)(uintptr_t)orig, .c = nbytes,
                    .aux = versioned ? CS_DLV_VERSIONED : 0,
@@ -246,8 +263,11 @@ static void export(void *mt, PyObject_ *cap, int versioned, uint8_t gil_flags)
         cs_lc_unlock(cs_lc, ev.obj);
         ev.b = found ? origin.b : 0;
         ev.flags = ev.b ? 0 : CS_EVF_NULL_DELETER;
-    } else if (orig) {
-        *slot = (void *)deleter_tramp;
+    } else if (orig && !cs_probe_store(slot, (void *)deleter_tramp)) {
+        /* a read-only struct (static const): its deleter cannot be
+         * followed, so neither can the rest of its life */
+        bad_only(mt, cap, probs, np);
+        return;
     }
     cs_emit(&ev, 1, NULL, NULL);
     cs_np_check_export_device(ev.obj, cs_dl_data(mt), cs_dl_device_type(mt, versioned));

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "plausible.h"
+#include "probe.h"
 #include "tracefmt.h"
 
 /* Own declarations of the layouts (dlpack.h 0.6 has no versioned struct). */
@@ -33,10 +34,22 @@ _Static_assert(offsetof(dl_managed_versioned, dl_tensor) == CS_DLV_TENSOR_OFF, "
 
 #define MAX_NDIM 64
 
-/* DLPack structs and their shape/strides arrays are 8-byte aligned */
+/* DLPack structs and their shape/strides arrays are 8-byte aligned, and
+ * must be there to be read (a fault would be capsan's, not the program's) */
 static int plausible(const void *p)
 {
     return cs_plausible(p) && ((uintptr_t)p & 7) == 0;
+}
+
+static int readable(const void *p, size_t n)
+{
+    return plausible(p) && cs_probe_read(p, n);
+}
+
+/* the managed struct up to the end of its DLTensor */
+static size_t struct_size(int versioned)
+{
+    return versioned ? CS_DLV_TENSOR_OFF + 48 : 64;
 }
 
 static const dl_tensor *tensor_of(const void *mt, int versioned)
@@ -69,7 +82,7 @@ static uint64_t fold(uint64_t x, const void *p, size_t n, unsigned r0)
 
 uint32_t cs_dl_fingerprint(const void *mt, int versioned)
 {
-    if (!plausible(mt))
+    if (!readable(mt, struct_size(versioned)))
         return 0;
     const dl_tensor *t = tensor_of(mt, versioned);
     _Static_assert(sizeof *t == 48, "six words");
@@ -77,9 +90,9 @@ uint32_t cs_dl_fingerprint(const void *mt, int versioned)
                  rotl(word(t, 3), 25) ^ rotl(word(t, 4), 33) ^ rotl(word(t, 5), 41);
     if (t->ndim > 0 && t->ndim <= MAX_NDIM) {
         size_t n = (size_t)t->ndim * sizeof(int64_t);
-        if (plausible(t->shape))
+        if (readable(t->shape, n))
             x = fold(x, t->shape, n, 3);
-        if (plausible(t->strides))
+        if (readable(t->strides, n))
             x = fold(x, t->strides, n, 5);
     }
     x *= 0xff51afd7ed558ccdull;
@@ -89,7 +102,7 @@ uint32_t cs_dl_fingerprint(const void *mt, int versioned)
 
 uint64_t cs_dl_byte_offset(const void *mt, int versioned)
 {
-    return plausible(mt) ? tensor_of(mt, versioned)->byte_offset : 0;
+    return readable(mt, struct_size(versioned)) ? tensor_of(mt, versioned)->byte_offset : 0;
 }
 
 static int valid_device(int32_t d)
@@ -112,6 +125,10 @@ int cs_dl_check(const void *mt, int versioned, cs_dl_problem *out, int max, uint
         PROBLEM(1, CS_BAD_NULL_POINTER, (uintptr_t)mt);
         return n;
     }
+    if (!readable(mt, struct_size(versioned))) {
+        PROBLEM(1, CS_BAD_UNREADABLE, (uintptr_t)mt);
+        return n;
+    }
     const dl_tensor *t = tensor_of(mt, versioned);
     if (versioned) {
         const dl_managed_versioned *v = mt;
@@ -129,7 +146,8 @@ int cs_dl_check(const void *mt, int versioned, cs_dl_problem *out, int max, uint
         if (!t->shape) {
             PROBLEM(15, CS_BAD_NULL_SHAPE, 0);
             elems = -1;
-        } else if (!plausible(t->shape)) {
+        } else if (!readable(t->shape, (size_t)t->ndim * sizeof(int64_t))) {
+            PROBLEM(15, CS_BAD_UNREADABLE_SHAPE, (uintptr_t)t->shape);
             elems = -1;
         } else {
             for (int i = 0; i < t->ndim; i++) {
@@ -174,7 +192,7 @@ int cs_dl_check(const void *mt, int versioned, cs_dl_problem *out, int max, uint
 
 uint64_t cs_dl_data(const void *mt)
 {
-    if (!plausible(mt))
+    if (!readable(mt, 64))
         return 0;
     /* a versioned struct starts with its version {1, x}; a legacy one with
      * its data pointer, which is never that small */
@@ -186,5 +204,5 @@ uint64_t cs_dl_data(const void *mt)
 
 int cs_dl_device_type(const void *mt, int versioned)
 {
-    return plausible(mt) ? tensor_of(mt, versioned)->device.device_type : 0;
+    return readable(mt, struct_size(versioned)) ? tensor_of(mt, versioned)->device.device_type : 0;
 }

@@ -125,13 +125,30 @@ static int may_print(void)
     return cs_opt.max_findings <= 0 || printed < (unsigned)cs_opt.max_findings;
 }
 
+/* Findings go to stderr as text: report=text, or report=json without a
+ * trace file to render the JSON from (said once, then the text follows). */
+static int text_out(void)
+{
+    static int said;
+    if (!strcmp(cs_opt.report, "text"))
+        return 1;
+    if (strcmp(cs_opt.report, "json") || cs_trace_started())
+        return 0;
+    if (!said) {
+        said = 1;
+        dprintf(2, "==%d==capsan: report=json needs the trace file, which could not be "
+                "written: findings are reported here as text\n", (int)getpid());
+    }
+    return 1;
+}
+
 /* Print and count what the lifecycle found. At exit (`grouped`), leaks are
  * grouped by where they were made, as LeakSanitizer prints them. */
 static void flush(int grouped)
 {
     if (!cs_findings_npending)
         return;
-    int text = strcmp(cs_opt.report, "text") == 0;
+    int text = text_out();
     cs_out o = {out_fd, NULL, text && isatty(2)};
     cs_proc_info p = proc_info();
     cs_leak_groups groups = {0};
@@ -183,7 +200,7 @@ void cs_findings_flush_exit(void) { flush(1); }
 
 void cs_findings_summary(void)
 {
-    if (strcmp(cs_opt.report, "text") != 0 || (!atomic_load(&n_total) && !summary.suppressed))
+    if ((!atomic_load(&n_total) && !summary.suppressed) || !text_out())
         return;
     cs_out o = {out_fd, NULL, isatty(2)};
     cs_proc_info p = proc_info();

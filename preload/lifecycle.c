@@ -1066,6 +1066,8 @@ static const char *bad_text(uint32_t d)
 {
     switch (d) {
     case CS_BAD_NULL_POINTER: return "the capsule holds a NULL pointer (R1)";
+    case CS_BAD_UNREADABLE: return "the capsule's pointer does not point to readable memory (R1)";
+    case CS_BAD_UNREADABLE_SHAPE: return "shape does not point to readable memory (R15)";
     case CS_BAD_NDIM: return "ndim is negative or absurdly large (R15)";
     case CS_BAD_NULL_SHAPE: return "shape is NULL although ndim > 0 (R15)";
     case CS_BAD_NEGATIVE_SHAPE: return "shape has a negative extent (R15)";
@@ -1137,7 +1139,8 @@ const char *cs_finding_message(const cs_finding *f, char *buf, size_t n)
     case CS_KIND_DLPACK_BAD_TENSOR:
         /* a missing pointer or a change has no offending value to show */
         if (f->detail == CS_BAD_NULL_SHAPE || f->detail == CS_BAD_NULL_STRIDES_V12 ||
-            f->detail == CS_BAD_NULL_DATA || f->detail == CS_BAD_MUTATED || f->detail == CS_BAD_RENAME)
+            f->detail == CS_BAD_NULL_DATA || f->detail == CS_BAD_MUTATED || f->detail == CS_BAD_RENAME ||
+            f->detail == CS_BAD_UNREADABLE || f->detail == CS_BAD_UNREADABLE_SHAPE)
             snprintf(buf, n, "%s 0x%llx: %s", t, p, bad_text(f->detail));
         else
             snprintf(buf, n, "%s 0x%llx: %s (value %lld)", t, p, bad_text(f->detail),

@@ -2,8 +2,9 @@
  * defaults and the help text cannot drift apart. */
 #include "options.h"
 
+#include <errno.h>
+#include <stdarg.h>
 #include <stddef.h>
-
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,22 +18,61 @@ static const struct optdesc {
     const char *name;
     int type;
     const char *defstr;
+    const char *valid;
     const char *help;
     size_t off;
 } table[] = {
-#define OPT(t, n, d, h) {#n, T_##t, #d, h, offsetof(cs_options, n)},
+#define OPT(t, n, d, v, h) {#n, T_##t, #d, v, h, offsetof(cs_options, n)},
 #include "options.inc"
 #undef OPT
 };
 #define NOPTS (sizeof table / sizeof table[0])
 
-static int set(const struct optdesc *d, const char *v, size_t vlen, char *err, unsigned errlen)
+/* one more line in err (messages are kept, not overwritten) */
+static void complain(char *err, unsigned errlen, const char *fmt, ...)
+{
+    size_t n = strnlen(err, errlen);
+    if (n && n + 1 < errlen)
+        err[n++] = '\n';
+    if (n + 1 >= errlen)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err + n, errlen - n, fmt, ap);
+    va_end(ap);
+}
+
+/* one of the |-separated words of choices */
+static int is_choice(const char *choices, const char *v, size_t vlen)
+{
+    for (const char *c = choices; *c;) {
+        size_t n = strcspn(c, "|");
+        if (n == vlen && !memcmp(c, v, n))
+            return 1;
+        c += n + (c[n] == '|');
+    }
+    return 0;
+}
+
+static int set(const struct optdesc *d, const char *v, size_t vlen, const char *source, char *err,
+               unsigned errlen)
 {
     char *p = (char *)&cs_opt + d->off;
     char tmp[64];
     if (d->type == T_STR) {
         if (vlen >= 512) {
-            snprintf(err, errlen, "capsan: option '%s' is too long", d->name);
+            complain(err, errlen, "capsan: option '%s' in %s is too long (511 bytes at most)",
+                     d->name, source);
+            return -1;
+        }
+        if (!vlen && strcmp(d->defstr, "\"\"") != 0) {
+            /* empty only where empty is the default (suppressions) */
+            complain(err, errlen, "capsan: option '%s' in %s must not be empty", d->name, source);
+            return -1;
+        }
+        if (*d->valid && !is_choice(d->valid, v, vlen)) {
+            complain(err, errlen, "capsan: bad value '%.*s' for option '%s' in %s (one of %s)",
+                     (int)vlen, v, d->name, source, d->valid);
             return -1;
         }
         memcpy(p, v, vlen);
@@ -53,14 +93,25 @@ static int set(const struct optdesc *d, const char *v, size_t vlen, char *err, u
         return 0;
     }
     char *end;
+    errno = 0;
     long x = strtol(tmp, &end, 0);
-    if (*end)
+    if (*end || errno)
         goto bad;
+    if (*d->valid) {
+        char *dots;
+        long lo = strtol(d->valid, &dots, 10), hi = strtol(dots + 2, NULL, 10);
+        if (x < lo || x > hi)
+            goto bad;
+    }
     *(long *)p = x;
     return 0;
 bad:
-    snprintf(err, errlen, "capsan: bad value '%.*s' for option '%s' (%s expected)", (int)vlen, v,
-             d->name, d->type == T_BOOL ? "0 or 1" : "a number");
+    if (d->type == T_BOOL)
+        complain(err, errlen, "capsan: bad value '%.*s' for option '%s' in %s (0 or 1)",
+                 (int)vlen, v, d->name, source);
+    else
+        complain(err, errlen, "capsan: bad value '%.*s' for option '%s' in %s (a number in %s)",
+                 (int)vlen, v, d->name, source, *d->valid ? d->valid : "the range of a long");
     return -1;
 }
 
@@ -74,13 +125,31 @@ void cs_options_defaults(void)
             d++;
             n -= 2;
         }
-        set(&table[i], d, n, err, sizeof err);
+        set(&table[i], d, n, "", err, sizeof err);
     }
 }
 
-int cs_options_parse(const char *s, char *err, unsigned errlen)
+const char *cs_option_default(const char *name)
+{
+    static char buf[NOPTS][64];
+    for (size_t i = 0; i < NOPTS; i++)
+        if (!strcmp(table[i].name, name)) {
+            const char *d = table[i].defstr;
+            size_t n = strlen(d);
+            if (table[i].type == T_STR && n >= 2 && d[0] == '"')
+                snprintf(buf[i], sizeof buf[i], "%.*s", (int)n - 2, d + 1);
+            else
+                snprintf(buf[i], sizeof buf[i], "%s", d);
+            return buf[i];
+        }
+    return NULL;
+}
+
+int cs_options_parse(const char *s, const char *source, char *err, unsigned errlen)
 {
     int rc = 0;
+    if (errlen)
+        err[0] = 0;
     while (s && *s) {
         size_t len = strcspn(s, ":,");
         const char *eq = memchr(s, '=', len);
@@ -91,14 +160,15 @@ int cs_options_parse(const char *s, char *err, unsigned errlen)
                 if (strlen(table[i].name) == klen && !memcmp(table[i].name, s, klen))
                     d = &table[i];
             if (!d) {
-                snprintf(err, errlen, "capsan: unknown option '%.*s' in CAPSAN_OPTIONS "
-                         "(CAPSAN_OPTIONS=help=1 lists them)", (int)klen, s);
+                complain(err, errlen, "capsan: unknown option '%.*s' in %s "
+                         "(CAPSAN_OPTIONS=help=1 or capsan help-options lists them)",
+                         (int)klen, s, source);
                 rc = -1;
             } else if (!eq) {
-                snprintf(err, errlen, "capsan: option '%s' needs a value (%s=...)", d->name,
-                         d->name);
+                complain(err, errlen, "capsan: option '%s' in %s needs a value (%s=...)", d->name,
+                         source, d->name);
                 rc = -1;
-            } else if (set(d, eq + 1, len - klen - 1, err, errlen) != 0) {
+            } else if (set(d, eq + 1, len - klen - 1, source, err, errlen) != 0) {
                 rc = -1;
             }
         }
@@ -111,9 +181,21 @@ int cs_options_parse(const char *s, char *err, unsigned errlen)
 
 void cs_options_help(int fd)
 {
-    dprintf(fd, "capsan options (CAPSAN_OPTIONS=key=value:key=value):\n");
-    for (size_t i = 0; i < NOPTS; i++)
-        dprintf(fd, "  %-14s default %-14s %s\n", table[i].name, table[i].defstr, table[i].help);
+    static const char *const types[] = {"int", "bool", "string"};
+    for (size_t i = 0; i < NOPTS; i++) {
+        const struct optdesc *d = &table[i];
+        const char *def = d->defstr;
+        int n = (int)strlen(def);
+        if (d->type == T_STR && n >= 2 && def[0] == '"') {
+            def++;
+            n -= 2;
+        }
+        char valid[64];
+        snprintf(valid, sizeof valid, "%s%s%s", *d->valid ? "(" : "", d->valid,
+                 *d->valid ? ") " : "");
+        dprintf(fd, "  %-14s %-6s default %-14.*s %s%s\n", d->name, types[d->type], n ? n : 2,
+                n ? def : "\"\"", valid, d->help);
+    }
 }
 
 void cs_options_format(char *buf, unsigned len)

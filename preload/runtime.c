@@ -212,8 +212,8 @@ static char self_path[512];
 static void json_report(void)
 {
     const char *tp = cs_trace_path();
-    if (!*tp || !self_path[0])
-        return;
+    if (!*tp)
+        return; /* no trace: the findings went to stderr as text (findings.c) */
     char bin[600], out[700];
     const char *slash = strrchr(self_path, '/');
     int dir = slash ? (int)(slash - self_path) : 0;
@@ -223,11 +223,13 @@ static void json_report(void)
     /* the child must not trace itself */
     char *env[] = {"CAPSAN_CHILD=1", NULL};
     pid_t pid;
-    if (posix_spawn(&pid, bin, NULL, NULL, argv, env) == 0) {
-        int st;
-        waitpid(pid, &st, 0);
+    int st = -1;
+    if (posix_spawn(&pid, bin, NULL, NULL, argv, env) == 0 && waitpid(pid, &st, 0) == pid &&
+        WIFEXITED(st) && WEXITSTATUS(st) == 0)
         dprintf(2, "==%d==capsan: JSON report written to %s\n", (int)getpid(), out);
-    }
+    else
+        dprintf(2, "==%d==capsan: could not write the JSON report %s; the findings are in "
+                "the trace (capsan report --format json %s)\n", (int)getpid(), out, tp);
 }
 
 static void note_reachable(void *ud, uint64_t key, uint64_t where, uint64_t base)
@@ -528,10 +530,11 @@ static int start(int preload)
     if (getenv("CAPSAN_CHILD"))
         return 0;
     cs_options_defaults();
-    char err[512];
-    if (cs_options_parse(getenv("CAPSAN_OPTIONS"), err, sizeof err) != 0)
+    char err[2048];
+    if (cs_options_parse(getenv("CAPSAN_OPTIONS"), "CAPSAN_OPTIONS", err, sizeof err) != 0)
         dprintf(2, "%s\n", err);
     if (cs_opt.help) {
+        dprintf(2, "capsan options (CAPSAN_OPTIONS=key=value:key=value):\n");
         cs_options_help(2);
         _exit(0);
     }

@@ -22,6 +22,8 @@ static char prefix[512];
 static char path[600];
 static cs_trace_prologue_fn prologue;
 static int fd = -1;
+static dev_t fd_dev; /* the file fd was opened on: a program may close or */
+static ino_t fd_ino; /* dup2 over capsan's descriptor (fd_is_ours) */
 static _Atomic int state; /* 0 closed, 1 opening, 2 open, 3 failed */
 static _Atomic uint64_t wr_off;
 static _Atomic(char *) chunks[MAX_CHUNKS];
@@ -121,12 +123,46 @@ void cs_trace_init(const char *p, cs_trace_prologue_fn fn)
 const char *cs_trace_path(void) { return atomic_load(&state) == 2 ? path : ""; }
 int cs_trace_started(void) { return atomic_load(&state) == 2; }
 
+/* Move a fresh descriptor to 3 or above (a program that closed stdin,
+ * stdout or stderr must not find the trace there) and remember its file. */
+static int settle_fd(int f)
+{
+    if (f >= 0 && f < 3) {
+        int hi = fcntl(f, F_DUPFD_CLOEXEC, 3);
+        close(f);
+        f = hi;
+    }
+    struct stat st;
+    if (f >= 0 && fstat(f, &st) == 0) {
+        fd_dev = st.st_dev;
+        fd_ino = st.st_ino;
+    }
+    return f;
+}
+
+/* fd is still the trace file (the program may have closed it, or dup2'd
+ * one of its own files over it); if not, open the trace again by path */
+static int fd_is_ours(void)
+{
+    struct stat st;
+    if (fd >= 0 && fstat(fd, &st) == 0 && st.st_dev == fd_dev && st.st_ino == fd_ino)
+        return 1;
+    int f = open(path, O_RDWR | O_CLOEXEC);
+    if (f >= 0 && fstat(f, &st) == 0 && st.st_dev == fd_dev && st.st_ino == fd_ino) {
+        fd = settle_fd(f);
+        return fd >= 0;
+    }
+    if (f >= 0)
+        close(f);
+    return 0;
+}
+
 /* Map chunk k (and grow the file to hold it); grow_mu held. */
 static int map_chunk(uint32_t k)
 {
     if (atomic_load(&chunks[k]))
         return 0;
-    if (ftruncate(fd, (off_t)(k + 1) * CHUNK) != 0)
+    if (!fd_is_ours() || ftruncate(fd, (off_t)(k + 1) * CHUNK) != 0)
         return -1;
     void *m = mmap(NULL, CHUNK, PROT_READ | PROT_WRITE, MAP_SHARED, fd, (off_t)k * CHUNK);
     if (m == MAP_FAILED)
@@ -144,7 +180,7 @@ static int map_chunk(uint32_t k)
 static int open_file(void)
 {
     snprintf(path, sizeof path, "%s.%d", prefix, (int)getpid());
-    fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    fd = settle_fd(open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
     if (fd < 0) {
         dprintf(2, "capsan: cannot create trace file %s: %s; tracing to disk is off\n", path,
                 strerror(errno));
@@ -348,6 +384,13 @@ void cs_trace_close(void)
         if (c)
             msync(c, CHUNK, MS_ASYNC);
     }
+    /* give back the disk blocks of the unwritten tail (the chunks were
+     * populated ahead of the writers). The file keeps its size and the
+     * mappings stay valid; a margin is left for threads still writing. */
+    uint64_t from = (atomic_load(&wr_off) + (256u << 10) + 4095) & ~(uint64_t)4095;
+    uint64_t end = (uint64_t)n * CHUNK;
+    if (from < end && fd_is_ours())
+        fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)from, (off_t)(end - from));
 }
 
 void cs_trace_fork_lock(int lock)

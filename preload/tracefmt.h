@@ -205,6 +205,8 @@ enum cs_bad {
     CS_BAD_RENAME,           /* R7: renamed to an unexpected name */
     CS_BAD_NULL_DATA,        /* R17: data NULL with elements > 0 */
     CS_BAD_BOOL_BITS,        /* R18: bool with bits != 8 */
+    CS_BAD_UNREADABLE,       /* R1: the capsule's pointer is not readable memory */
+    CS_BAD_UNREADABLE_SHAPE, /* R15: shape is not readable memory */
     /* NumPy handlers (R27) */
     CS_BAD_HANDLER_NAME = 32,  /* capsule not named mem_handler */
     CS_BAD_HANDLER_VERSION,    /* version != 1 */

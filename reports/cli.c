@@ -12,48 +12,17 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "options.h"
 
 #define EXIT_INTERNAL 125          /* run: capsan itself failed, as timeout(1) */
 
-/* ---- the option table, from the one X-macro ---------------------------- */
-
-#define OPTDEF_STR(d) d
-#define OPTDEF_INT(d) #d
-#define OPTDEF_BOOL(d) #d
-typedef struct opt_desc {
-    const char *type, *name, *def, *help;
-} opt_desc;
-static const opt_desc options[] = {
-#define OPT(type, name, def, help) { #type, #name, OPTDEF_##type(def), help },
-#include "../preload/options.inc"
-#undef OPT
-};
-#define NOPTIONS (sizeof options / sizeof options[0])
-
-static const opt_desc *find_option(const char *name, size_t len)
-{
-    for (size_t i = 0; i < NOPTIONS; i++)
-        if (strlen(options[i].name) == len && strncmp(options[i].name, name, len) == 0)
-            return &options[i];
-    return NULL;
-}
-
-const char *cs_option_default(const char *name)
-{
-    const opt_desc *o = find_option(name, strlen(name));
-    return o ? o->def : NULL;
-}
+/* ---- the options: the runtime's own table and parser (options.c) ------ */
 
 static int help_options(void)
 {
     printf("capsan options: CAPSAN_OPTIONS=\"key=value:key=value\" (or capsan run --options ...)\n\n");
-    for (size_t i = 0; i < NOPTIONS; i++) {
-        const opt_desc *o = &options[i];
-        const char *type = strcmp(o->type, "STR") == 0 ? "string"
-                         : strcmp(o->type, "BOOL") == 0 ? "bool" : "int";
-        printf("  %-14s %-6s default %-14s %s\n", o->name, type,
-               *o->def ? o->def : "\"\"", o->help);
-    }
+    fflush(stdout);
+    cs_options_help(1);
     return 0;
 }
 
@@ -155,7 +124,7 @@ static void kv_set(kvlist *l, const char *text, size_t len)
 static void kv_parse(kvlist *l, const char *s)
 {
     while (s && *s) {
-        size_t len = strcspn(s, ":");
+        size_t len = strcspn(s, ":,");
         if (len)
             kv_set(l, s, len);
         s += len;
@@ -181,29 +150,14 @@ static const char *kv_get(const kvlist *l, const char *key)
     return NULL;
 }
 
-static int is_integer(const char *s)
-{
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    (void)v;
-    return *s && !*end && errno == 0;
-}
-
-/* Validates one flag-supplied option against the table. */
+/* Validates flag-supplied options with the runtime's parser. */
 static void check_flag_option(const char *text, size_t len)
 {
-    const char *eq = memchr(text, '=', len);
-    if (!eq)
-        cs_usage_error("run: option '%.*s' needs a value (key=value)", (int)len, text);
-    const opt_desc *o = find_option(text, (size_t)(eq - text));
-    if (!o)
-        cs_usage_error("run: unknown option '%.*s' (capsan help-options lists them)",
-                    (int)(eq - text), text);
-    char val[256];
-    snprintf(val, sizeof val, "%.*s", (int)(len - (size_t)(eq - text) - 1), eq + 1);
-    if (strcmp(o->type, "STR") != 0 && !is_integer(val))
-        cs_usage_error("run: option %s wants a number, got '%s'", o->name, val);
+    char kv[1024], err[1024];
+    snprintf(kv, sizeof kv, "%.*s", (int)len, text);
+    cs_options_defaults();
+    if (cs_options_parse(kv, "the command line", err, sizeof err) != 0)
+        cs_usage_error("run: %s", strncmp(err, "capsan: ", 8) ? err : err + 8);
 }
 
 char *cs_flag_value(int argc, char **argv, int *i, const char *flag)
@@ -211,7 +165,8 @@ char *cs_flag_value(int argc, char **argv, int *i, const char *flag)
     size_t fl = strlen(flag);
     if (strncmp(argv[*i], flag, fl) == 0 && argv[*i][fl] == '=')
         return argv[*i] + fl + 1;
-    if (*i + 1 >= argc)
+    /* "--" ends the flags: it is never a flag's value */
+    if (*i + 1 >= argc || strcmp(argv[*i + 1], "--") == 0)
         cs_usage_error("%s needs a value", flag);
     return argv[++*i];
 }
@@ -234,15 +189,14 @@ static int cmd_run(int argc, char **argv)
             return 0;
         } else if (strncmp(a, "--log-path", 10) == 0 && (a[10] == 0 || a[10] == '=')) {
             const char *v = cs_flag_value(argc, argv, &i, "--log-path");
-            if (!*v || strchr(v, ':'))
-                cs_usage_error("run: --log-path must be non-empty and free of ':'");
+            if (!*v || strpbrk(v, ":,"))
+                cs_usage_error("run: --log-path must be non-empty and free of ':' and ','");
             snprintf(buf, sizeof buf, "log_path=%s", v);
             kv_set(&flags, buf, strlen(buf));
         } else if (strncmp(a, "--exitcode", 10) == 0 && (a[10] == 0 || a[10] == '=')) {
             const char *v = cs_flag_value(argc, argv, &i, "--exitcode");
-            if (!is_integer(v) || atoi(v) < 0 || atoi(v) > 255)
-                cs_usage_error("run: --exitcode wants a number 0..255, got '%s'", v);
             snprintf(buf, sizeof buf, "exitcode=%s", v);
+            check_flag_option(buf, strlen(buf));
             kv_set(&flags, buf, strlen(buf));
         } else if (strcmp(a, "--protect") == 0) {
             kv_set(&flags, "protect=1", 9);
@@ -251,7 +205,7 @@ static int cmd_run(int argc, char **argv)
         } else if (strncmp(a, "--options", 9) == 0 && (a[9] == 0 || a[9] == '=')) {
             const char *v = cs_flag_value(argc, argv, &i, "--options");
             for (const char *s = v; *s;) {
-                size_t len = strcspn(s, ":");
+                size_t len = strcspn(s, ":,");
                 if (len) {
                     check_flag_option(s, len);
                     kv_set(&flags, s, len);
@@ -288,7 +242,7 @@ static int cmd_run(int argc, char **argv)
     }
     const char *log_path = kv_get(&opts, "log_path");
     if (!log_path || !*log_path)
-        log_path = find_option("log_path", 8)->def;
+        log_path = cs_option_default("log_path");
 
     /* ours first, keeping whatever the user preloads */
     const char *old = getenv("LD_PRELOAD");

@@ -10,8 +10,6 @@ extern const char cs_usage_text[];
 void cs_usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
 /* --flag=value or --flag value; advances *i past a separate value */
 char *cs_flag_value(int argc, char **argv, int *i, const char *flag);
-/* the default of a CAPSAN_OPTIONS key as written in options.inc, or NULL */
-const char *cs_option_default(const char *name);
 
 int cs_cmd_report(int argc, char **argv);
 

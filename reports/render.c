@@ -38,6 +38,22 @@ static void out_str(cs_out *o, const char *s)
         o->write(o->ud, s, strlen(s));
 }
 
+void cs_out_char(cs_out *o, unsigned char ch)
+{
+    if (ch < 0x20 || ch == 0x7f)
+        cs_outf(o, "\\x%02x", ch);
+    else
+        o->write(o->ud, (const char *)&ch, 1);
+}
+
+/* a name from the traced process (file, function, module): its control
+ * bytes are shown, never sent to the terminal */
+static void out_name(cs_out *o, const char *s)
+{
+    for (; s && *s; s++)
+        cs_out_char(o, (unsigned char)*s);
+}
+
 static const char *base_name(const char *path)
 {
     const char *s = path ? strrchr(path, '/') : NULL;
@@ -137,32 +153,32 @@ static void render_frame(cs_out *o, int k, const cs_frame_info *f)
 {
     if (f->python) {
         cs_outf(o, "    #%d ", k);
-        out_str(o, f->file ? f->file : "<unknown>");
+        out_name(o, f->file ? f->file : "<unknown>");
         if (f->line)
             cs_outf(o, ":%u", f->line);
         out_str(o, " in ");
-        out_str(o, f->function ? f->function : "<unknown>");
+        out_name(o, f->function ? f->function : "<unknown>");
         out_str(o, "\n");
         return;
     }
     cs_outf(o, "    #%d 0x%llx", k, (unsigned long long)f->address);
     if (f->function) {
         out_str(o, " in ");
-        out_str(o, f->function);
+        out_name(o, f->function);
         if (f->file) {
             out_str(o, " ");
-            out_str(o, f->file);
+            out_name(o, f->file);
             if (f->line)
                 cs_outf(o, ":%u", f->line);
         } else if (f->module) {
             out_str(o, " (");
-            out_str(o, base_name(f->module));
+            out_name(o, base_name(f->module));
             cs_outf(o, "+0x%llx)", (unsigned long long)f->offset);
         }
     } else if (f->module) {
         /* the full path and build id let offline tools finish the job */
         out_str(o, " (");
-        out_str(o, f->module);
+        out_name(o, f->module);
         cs_outf(o, "+0x%llx)", (unsigned long long)f->offset);
         if (f->build_id) {
             out_str(o, " (BuildId: ");

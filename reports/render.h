@@ -55,6 +55,8 @@ typedef struct cs_out {
 } cs_out;
 
 void cs_outf(cs_out *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* one byte, a control byte as \xNN (text that came from the traced process) */
+void cs_out_char(cs_out *o, unsigned char ch);
 
 /* Process identity for report headers. */
 typedef struct cs_proc_info {

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "options.h"
 #include "util.h"
 #include "html.h"
 #include "json.h"
@@ -226,7 +227,7 @@ static void on_finding(void *ud, const cs_finding *f)
 
 static void read_header(entry *e)
 {
-    int fd = open(e->path, O_RDONLY | O_CLOEXEC);
+    int fd = open(e->path, O_RDONLY | O_CLOEXEC | O_NONBLOCK); /* never wait on a FIFO */
     cs_file_header h;
     if (fd < 0)
         return;
@@ -327,11 +328,7 @@ static void out_argv(cs_out *o, const cs_trace *t, size_t max)
                 cs_outf(o, "...");
                 return;
             }
-            unsigned char ch = (unsigned char)(*s ? *s++ : *a++);
-            if (ch < 0x20 || ch == 0x7f)
-                cs_outf(o, "\\x%02x", ch);
-            else
-                o->write(o->ud, (const char *)&ch, 1);
+            cs_out_char(o, (unsigned char)(*s ? *s++ : *a++));
         }
     }
 }

@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #define SYM_MAX_FRAMES 16     /* inline depth kept per address */
 
@@ -192,6 +193,11 @@ static const Dwfl_Callbacks offline_callbacks = {
  * symbols would be plausible and wrong). */
 static int open_elf(shared_mod *sm)
 {
+    /* a trace names any path: only a regular file is opened (a FIFO
+     * would block the report forever) */
+    struct stat st;
+    if (stat(sm->path, &st) != 0 || !S_ISREG(st.st_mode))
+        return 0;
     Dwfl *d = dwfl_begin(&offline_callbacks);
     if (!d)
         return 0;

@@ -102,11 +102,15 @@ def test_describe_bad_and_symbols(tmp_path):
     assert cp.returncode == 0, cp.stderr
     r = result_of(cp.stdout)
     want = {"ndim": ["R15"], "null_shape": ["R15"], "negative_shape": ["R15"],
-            "dtype_code": ["R18"], "lanes": ["R18"], "device": ["R19"]}
+            "dtype_code": ["R18"], "lanes": ["R18"], "device": ["R19"],
+            "unreadable": ["R1"], "unreadable_shape": ["R15"]}
     for kind, rules in want.items():
         b = r["bad_" + kind]
         assert b["verdict"] == "fail" and b["failed"] == rules, (kind, b)
         assert f"{rules[0]} fail:" in b["text"], b["text"]
+    # a garbage pointer is named, never followed (that would crash describe)
+    assert "does not point to readable memory" in r["bad_unreadable"]["text"]
+    assert "does not point to readable memory" in r["bad_unreadable_shape"]["text"]
     assert r["major2"]["verdict"] == "fail" and r["major2"]["R13"]["verdict"] == "fail"
     assert r["major2"]["tensor"] is None  # R13: nothing past deleter/manager_ctx was read
     assert r["flags"]["R21"]["verdict"] == "warn" and "0x20" in r["flags"]["R21"]["message"]

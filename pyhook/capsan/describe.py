@@ -168,6 +168,31 @@ def _plausible(p) -> bool:
     return bool(p) and 4096 <= p < 0x800000000000
 
 
+class _IoVec(Structure):
+    _fields_ = [("base", c_void_p), ("len", c_size_t)]
+
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_vm_readv = getattr(_libc, "process_vm_readv", None)
+if _vm_readv is not None:
+    _vm_readv.restype = ctypes.c_ssize_t
+    _vm_readv.argtypes = [c_int, POINTER(_IoVec), ctypes.c_ulong, POINTER(_IoVec),
+                          ctypes.c_ulong, ctypes.c_ulong]
+
+
+def _readable(p, n: int) -> bool:
+    """The n bytes at p can be read: the kernel says so (process_vm_readv
+    fails where a load would fault), so a garbage pointer in a capsule
+    cannot crash describe()."""
+    if not _plausible(p) or n <= 0:
+        return False
+    if _vm_readv is None:
+        return True
+    buf = ctypes.create_string_buffer(n)
+    local, remote = _IoVec(ctypes.addressof(buf), n), _IoVec(p, n)
+    return _vm_readv(os.getpid(), ctypes.byref(local), 1, ctypes.byref(remote), 1, 0) == n
+
+
 class Description:
     """The result of describe(): ``.text`` (pretty), ``.as_dict()``,
     ``.to_json()``, ``.checks`` ([{'rule', 'verdict', 'message'}]) and
@@ -209,6 +234,8 @@ def _check_tensor(d: dict, add) -> None:
     nd = t["ndim"]
     if nd < 0 or nd > 64:
         add("R15", FAIL, f"ndim {nd} out of range")
+    elif nd > 0 and d.get("shape_unreadable"):
+        add("R15", FAIL, f"shape {d['shape_unreadable']:#x} does not point to readable memory")
     elif nd > 0 and t["shape"] is None:
         add("R15", FAIL, f"shape is NULL with ndim {nd}")
     elif t["shape"] and any(s < 0 for s in t["shape"]):
@@ -304,6 +331,10 @@ def _read(cap, d: dict, add) -> None:
     if not v.pointer:
         add("R1", FAIL, "the capsule holds NULL")
         return
+    size = ctypes.sizeof(D.DLManagedTensorVersioned if v.versioned else D.DLManagedTensor)
+    if not _readable(v.pointer, size):
+        add("R1", FAIL, f"the capsule's pointer {v.pointer:#x} does not point to readable memory")
+        return
     add("R1", OK, "")
     add("R3", OK if v.destructor else WARN,
         "" if v.destructor else "no destructor: the tensor leaks unless someone consumes it")
@@ -346,10 +377,12 @@ def _read(cap, d: dict, add) -> None:
     tf = {"data": t.data or 0, "device_type": t.device.device_type,
           "device_id": t.device.device_id, "ndim": nd, "code": t.dtype.code,
           "bits": t.dtype.bits, "lanes": t.dtype.lanes, "byte_offset": t.byte_offset,
-          "shape": tuple(t.shape[i] for i in range(nd)) if ok_nd and _plausible(shape_p)
+          "shape": tuple(t.shape[i] for i in range(nd)) if ok_nd and _readable(shape_p, 8 * nd)
           else (() if nd == 0 and _plausible(shape_p) else None),
-          "strides": tuple(t.strides[i] for i in range(nd)) if ok_nd and _plausible(strides_p)
-          else None}
+          "strides": tuple(t.strides[i] for i in range(nd))
+          if ok_nd and _readable(strides_p, 8 * nd) else None}
+    if ok_nd and nd > 0 and shape_p and tf["shape"] is None:
+        d["shape_unreadable"] = shape_p
     d["tensor"] = tf
     n = 1
     for s in tf["shape"] or ():
