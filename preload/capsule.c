@@ -270,7 +270,8 @@ static void export(void *mt, PyObject_ *cap, int versioned, uint8_t gil_flags)
         return;
     }
     cs_emit(&ev, 1, NULL, NULL);
-    cs_np_check_export_device(ev.obj, cs_dl_data(mt), cs_dl_device_type(mt, versioned));
+    if (cs_np_any_device)
+        cs_np_check_export_device(ev.obj, cs_dl_data(mt), cs_dl_device_type(mt, versioned));
     for (int i = 0; i < np; i++) {
         cs_event b = {.kind = CS_EV_BAD_TENSOR, .obj = ev.obj, .a = ev.a,
                       .aux = (uint16_t)probs[i].rule, .extra = probs[i].code,
@@ -337,15 +338,15 @@ static int hook_SetName(PyObject_ *cap, const char *name)
         cs_event ev = {.kind = CS_EV_CONSUME, .obj = (uint64_t)(uintptr_t)e.mt,
                        .a = (uint64_t)(uintptr_t)cap, .b = (uint64_t)(uintptr_t)ret,
                        .aux = e.versioned ? CS_DLV_VERSIONED : 0, .flags = g};
-        uint64_t off = cs_dl_byte_offset(e.mt, e.versioned);
+        /* R20: the loaned metadata must not have changed since export */
+        uint64_t off;
+        uint32_t fp = cs_dl_consume_view(e.mt, e.versioned, &off);
         if (off && consumer_ignores_offset(ret)) {
             ev.flags |= CS_EVF_OFFSET_IGNORED;
             ev.c = off;
         }
-        /* R20: the loaned metadata must not have changed since export */
         cs_event origin;
         int found;
-        uint32_t fp = cs_dl_fingerprint(e.mt, e.versioned);
         cs_emit(&ev, 1, &origin, &found);
         if (found && origin.kind == CS_EV_EXPORT && origin.extra && origin.extra != fp) {
             cs_event b = {.kind = CS_EV_BAD_TENSOR, .obj = ev.obj, .a = ev.a, .aux = 20,

@@ -36,14 +36,26 @@ _Static_assert(offsetof(dl_managed_versioned, dl_tensor) == CS_DLV_TENSOR_OFF, "
 
 /* DLPack structs and their shape/strides arrays are 8-byte aligned, and
  * must be there to be read (a fault would be capsan's, not the program's) */
-static int plausible(const void *p)
+static inline int plausible(const void *p)
 {
     return cs_plausible(p) && ((uintptr_t)p & 7) == 0;
 }
 
-static int readable(const void *p, size_t n)
+static inline __attribute__((always_inline)) int readable(const void *p, size_t n)
 {
     return plausible(p) && cs_probe_read(p, n);
+}
+
+/* readable, and known to be when it lies within the page of `near`, a
+ * range proven readable just before (numpy keeps shape and strides in
+ * the managed struct's own allocation) */
+static inline __attribute__((always_inline)) int readable_near(const void *p, size_t n,
+                                                               const void *near)
+{
+    uintptr_t a = (uintptr_t)p, pg = (uintptr_t)near >> 12;
+    if (plausible(p) && (a >> 12) == pg && ((a + n - 1) >> 12) == pg)
+        return 1;
+    return readable(p, n);
 }
 
 /* the managed struct up to the end of its DLTensor */
@@ -80,19 +92,17 @@ static uint64_t fold(uint64_t x, const void *p, size_t n, unsigned r0)
     return x;
 }
 
-uint32_t cs_dl_fingerprint(const void *mt, int versioned)
+/* the fingerprint of a DLTensor already proven readable */
+static uint32_t tensor_fingerprint(const dl_tensor *t)
 {
-    if (!readable(mt, struct_size(versioned)))
-        return 0;
-    const dl_tensor *t = tensor_of(mt, versioned);
     _Static_assert(sizeof *t == 48, "six words");
     uint64_t x = word(t, 0) ^ rotl(word(t, 1), 9) ^ rotl(word(t, 2), 17) ^
                  rotl(word(t, 3), 25) ^ rotl(word(t, 4), 33) ^ rotl(word(t, 5), 41);
     if (t->ndim > 0 && t->ndim <= MAX_NDIM) {
         size_t n = (size_t)t->ndim * sizeof(int64_t);
-        if (readable(t->shape, n))
+        if (readable_near(t->shape, n, t))
             x = fold(x, t->shape, n, 3);
-        if (readable(t->strides, n))
+        if (readable_near(t->strides, n, t))
             x = fold(x, t->strides, n, 5);
     }
     x *= 0xff51afd7ed558ccdull;
@@ -100,9 +110,19 @@ uint32_t cs_dl_fingerprint(const void *mt, int versioned)
     return h ? h : 1; /* 0 means "not taken" */
 }
 
-uint64_t cs_dl_byte_offset(const void *mt, int versioned)
+uint32_t cs_dl_fingerprint(const void *mt, int versioned)
 {
-    return readable(mt, struct_size(versioned)) ? tensor_of(mt, versioned)->byte_offset : 0;
+    return readable(mt, struct_size(versioned)) ? tensor_fingerprint(tensor_of(mt, versioned)) : 0;
+}
+
+uint32_t cs_dl_consume_view(const void *mt, int versioned, uint64_t *offset)
+{
+    *offset = 0;
+    if (!readable(mt, struct_size(versioned)))
+        return 0;
+    const dl_tensor *t = tensor_of(mt, versioned);
+    *offset = t->byte_offset;
+    return tensor_fingerprint(t);
 }
 
 static int valid_device(int32_t d)
@@ -146,7 +166,7 @@ int cs_dl_check(const void *mt, int versioned, cs_dl_problem *out, int max, uint
         if (!t->shape) {
             PROBLEM(15, CS_BAD_NULL_SHAPE, 0);
             elems = -1;
-        } else if (!readable(t->shape, (size_t)t->ndim * sizeof(int64_t))) {
+        } else if (!readable_near(t->shape, (size_t)t->ndim * sizeof(int64_t), t)) {
             PROBLEM(15, CS_BAD_UNREADABLE_SHAPE, (uintptr_t)t->shape);
             elems = -1;
         } else {
@@ -185,7 +205,7 @@ int cs_dl_check(const void *mt, int versioned, cs_dl_problem *out, int max, uint
         PROBLEM(17, CS_BAD_NULL_DATA, 0);
     if (elems >= 0)
         *nbytes = (uint64_t)elems * (((uint64_t)bits * (t->dtype.lanes ? t->dtype.lanes : 1) + 7) / 8);
-    *fingerprint = cs_dl_fingerprint(mt, versioned);
+    *fingerprint = tensor_fingerprint(t); /* the struct was proven readable above */
     return n;
 #undef PROBLEM
 }

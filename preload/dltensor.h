@@ -19,12 +19,14 @@ typedef struct cs_dl_problem {
 
 /* Check a managed struct; fills up to max problems, returns their count.
  * *nbytes gets the data size (0 if unknown), *fingerprint the metadata
- * hash. Never dereferences an implausible pointer. */
+ * hash. Never reads memory the probes (probe.h) did not prove readable. */
 int cs_dl_check(const void *mt, int versioned, cs_dl_problem *out, int max, uint64_t *nbytes,
                 uint32_t *fingerprint);
-/* Only the fingerprint (at consume and delete, to see R20 mutations). */
+/* Only the fingerprint (at the delete, to see R20 mutations). */
 uint32_t cs_dl_fingerprint(const void *mt, int versioned);
-uint64_t cs_dl_byte_offset(const void *mt, int versioned);
+/* What a consume needs, with one probe: the fingerprint (0 if the struct
+ * cannot be read) and byte_offset in *offset. */
+uint32_t cs_dl_consume_view(const void *mt, int versioned, uint64_t *offset);
 /* dl_tensor.data of a live struct of either layout (the deleter is told
  * apart by which offset holds capsan's trampoline; 0 if unknown). */
 uint64_t cs_dl_data(const void *mt);

@@ -56,7 +56,7 @@ typedef struct known {
 
 static known handlers[MAX_HANDLERS];
 static int nhandlers;
-static int any_device; /* some handler serves another device: check exports */
+int cs_np_any_device; /* some handler serves another device: check exports */
 static cs_spin hmu = CS_SPIN_INIT;
 /* the ctx pointers of known handlers, as bits of a 4096-bit filter: every
  * free() of the process tests one bit before taking hmu */
@@ -130,7 +130,7 @@ static void remember_as(const np_handler *h, int refresh)
                                          ? 3 /* kDLCUDAHost */
                                          : strstr(h->name, "cuda_managed") ? 13 : 0;
         if (handlers[nhandlers].device)
-            any_device = 1;
+            cs_np_any_device = 1;
         nhandlers++;
     }
     cs_spin_unlock(&hmu);
@@ -178,7 +178,7 @@ static uint32_t staleness(const np_handler *h)
 
 void cs_np_check_export_device(uint64_t mt, uint64_t data, int devtype)
 {
-    if (!any_device || devtype != 1 /* kDLCPU */ || !data || !cs_lc)
+    if (!cs_np_any_device || devtype != 1 /* kDLCPU */ || !data || !cs_lc)
         return;
     cs_event origin;
     cs_lc_lock(cs_lc, data);
@@ -213,7 +213,7 @@ int capsan_handler_set_device(PyObject_ *handler, int device_type)
     if (k) {
         k->device = device_type;
         if (device_type && device_type != 1)
-            any_device = 1;
+            cs_np_any_device = 1;
     }
     cs_spin_unlock(&hmu);
     return k ? 0 : -1;

@@ -4,41 +4,33 @@
  * are rarely given back. */
 #include "probe.h"
 
-#include <stdatomic.h>
-#include <stdint.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
 #define PAGE_SHIFT 12
-#define NPAGES 1024 /* direct-mapped: page -> (page << 1 | writable) */
 
-static _Atomic uintptr_t known[NPAGES];
+_Atomic uintptr_t cs_probe_known[CS_PROBE_PAGES];
 
-static inline _Atomic uintptr_t *slot_of(uintptr_t page)
+/* the kernel's answer: can the byte at a be read into this process */
+static int kernel_reads(uintptr_t a)
 {
-    return &known[(page ^ (page >> 10)) & (NPAGES - 1)];
-}
-
-/* the kernel's answer: can len bytes at a be read into this process */
-static int kernel_reads(uintptr_t a, size_t len)
-{
-    char buf[64];
-    struct iovec l = {buf, len < sizeof buf ? len : sizeof buf}, r = {(void *)a, l.iov_len};
-    return process_vm_readv(getpid(), &l, 1, &r, 1, 0) == (ssize_t)l.iov_len;
+    char c;
+    struct iovec l = {&c, 1}, r = {(void *)a, 1};
+    return process_vm_readv(getpid(), &l, 1, &r, 1, 0) == 1;
 }
 
 static int page_readable(uintptr_t page)
 {
-    _Atomic uintptr_t *k = slot_of(page);
-    if ((atomic_load_explicit(k, memory_order_relaxed) >> 1) == page)
+    _Atomic uintptr_t *k = cs_probe_entry(page);
+    if ((atomic_load_explicit(k, memory_order_relaxed) & ~(uintptr_t)2) == (page << 2 | 1))
         return 1;
-    if (!kernel_reads(page << PAGE_SHIFT, 1))
+    if (!kernel_reads(page << PAGE_SHIFT))
         return 0;
-    atomic_store_explicit(k, page << 1, memory_order_relaxed);
+    atomic_store_explicit(k, page << 2 | 1, memory_order_relaxed);
     return 1;
 }
 
-int cs_probe_read(const void *p, size_t n)
+int cs_probe_read_slow(const void *p, size_t n)
 {
     uintptr_t a = (uintptr_t)p;
     if (a < 4096 || a >= 0x800000000000ull || !n || n > (1u << 20) || a + n < a)
@@ -52,8 +44,8 @@ int cs_probe_read(const void *p, size_t n)
 int cs_probe_store(void **slot, void *val)
 {
     uintptr_t page = (uintptr_t)slot >> PAGE_SHIFT;
-    _Atomic uintptr_t *k = slot_of(page);
-    if (atomic_load_explicit(k, memory_order_relaxed) == (page << 1 | 1)) {
+    _Atomic uintptr_t *k = cs_probe_entry(page);
+    if (atomic_load_explicit(k, memory_order_relaxed) == (page << 2 | 3)) {
         *slot = val;
         return 1;
     }
@@ -63,6 +55,6 @@ int cs_probe_store(void **slot, void *val)
     struct iovec l = {&val, sizeof val}, r = {slot, sizeof val};
     if (process_vm_writev(getpid(), &l, 1, &r, 1, 0) != (ssize_t)sizeof val)
         return 0;
-    atomic_store_explicit(k, page << 1 | 1, memory_order_relaxed);
+    atomic_store_explicit(k, page << 2 | 3, memory_order_relaxed);
     return 1;
 }
