@@ -74,9 +74,9 @@ $(B)/tests/pyshared: tests/pyshared.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -I$(PYINC) -o $@ $< -lpython3.11
 
-$(B)/tests/unit/%: tests/unit/%.c tests/unit/check.h preload/names.h $(B)/obj/cli/preload/lifecycle.o $(B)/obj/cli/reports/render.o
+$(B)/tests/unit/%: tests/unit/%.c tests/unit/check.h preload/names.h preload/probe.c preload/probe.h $(B)/obj/cli/preload/lifecycle.o $(B)/obj/cli/reports/render.o
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -Ipreload -Ireports -o $@ $< $(B)/obj/cli/preload/lifecycle.o $(B)/obj/cli/reports/render.o
+	$(CC) $(CFLAGS) -Ipreload -Ireports -o $@ $< preload/probe.c $(B)/obj/cli/preload/lifecycle.o $(B)/obj/cli/reports/render.o
 
 fixtures: $(FIX_SO) $(B)/tests/pyshared $(UNIT_BIN)
 

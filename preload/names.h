@@ -8,6 +8,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "probe.h"
+
 enum {
     NK_NONE = 0,
     NK_DL,        /* dltensor */
@@ -20,7 +22,7 @@ enum {
 /* Names are compared on every capsule call, most of them not DLPack's.
  * A name is compared with a literal a word at a time when all the bytes
  * read lie in the page of its first byte (so no read can fault), else
- * with strcmp. */
+ * a byte at a time (eq_crossing). */
 static inline uint64_t ld8(const char *p)
 {
     uint64_t v;
@@ -28,12 +30,27 @@ static inline uint64_t ld8(const char *p)
     return v;
 }
 
+/* The bytes of s run into the next page: a byte at a time, and past the
+ * page only when it can be read (a name with no NUL before an unmapped
+ * page is no DLPack name, and must not fault capsan). */
+static int eq_crossing(const char *s, const char *lit, size_t n)
+{
+    size_t in_page = 4096 - ((uintptr_t)s & 4095);
+    for (size_t i = 0; i < n; i++) {
+        if (i == in_page && !cs_probe_read(s + i, n - i))
+            return 0;
+        if (s[i] != lit[i])
+            return 0;
+    }
+    return 1;
+}
+
 /* n = sizeof the literal, NUL included, at least 9: whole words, then an
  * overlapping last word. Constant-folds to a few compares. */
 static inline int eqn(const char *s, const char *lit, size_t n)
 {
     if (((uintptr_t)s & 4095) > 4096 - n)
-        return strcmp(s, lit) == 0;
+        return eq_crossing(s, lit, n);
     size_t i = 0;
     for (; i + 8 <= n; i += 8)
         if (ld8(s + i) != ld8(lit + i))

@@ -1,6 +1,7 @@
 /* Unit tests of preload/names.h: every DLPack name and its near misses are
  * classified right wherever they sit, and a name that ends on the last byte
- * before an unmapped page is read without a fault. */
+ * before an unmapped page, or runs into it with no NUL, is read without a
+ * fault. */
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -62,6 +63,16 @@ int main(void)
             CHECK(k == cases[i].kind, "\"%s\" %zu bytes before the guard page: %d, not %d",
                   cases[i].name, back, k, cases[i].kind);
         }
+    }
+    /* no NUL before the guard page (the C API's contract broken): never
+     * a DLPack name, and never a fault */
+    static const char *const unterminated[] = {"dltensor", "dltensor_versioned", "used_dltensor",
+                                               "used_dltensor_versioned", "numpy_dltensor", "d"};
+    for (size_t i = 0; i < sizeof unterminated / sizeof unterminated[0]; i++) {
+        size_t len = strlen(unterminated[i]);
+        char *s = map + pg - len;
+        memcpy(s, unterminated[i], len);
+        CHECK(name_kind(s) == NK_NONE, "unterminated \"%s\" at the guard page", unterminated[i]);
     }
     char *mh = map + pg - sizeof "mem_handler";
     memcpy(mh, "mem_handler", sizeof "mem_handler");
