@@ -229,11 +229,13 @@ void cs_capsule_dtor_body(PyObject_ *cap, unsigned k)
 /* what a struct that cannot be followed is: only its check findings */
 static void bad_only(void *mt, PyObject_ *cap, const cs_dl_problem *probs, int np)
 {
+    uint32_t stack = 0; /* the first event's, shared by the rest */
     for (int i = 0; i < np; i++) {
         cs_event b = {.kind = CS_EV_BAD_TENSOR, .obj = (uint64_t)(uintptr_t)mt,
                       .a = (uint64_t)(uintptr_t)cap, .aux = (uint16_t)probs[i].rule,
-                      .extra = probs[i].code, .b = (uint64_t)probs[i].value};
+                      .extra = probs[i].code, .b = (uint64_t)probs[i].value, .stack = stack};
         cs_emit(&b, i == 0, NULL, NULL);
+        stack = b.stack;
     }
 }
 

@@ -366,7 +366,8 @@ void cs_trace_atfork_child(void)
         atomic_store(&chunks[k], NULL);
     }
     atomic_store(&mapped_upto, 0);
-    if (fd >= 0)
+    struct stat st; /* the program may have closed or dup2'd over it */
+    if (fd >= 0 && fstat(fd, &st) == 0 && st.st_dev == fd_dev && st.st_ino == fd_ino)
         close(fd);
     fd = -1;
     atomic_store(&wr_off, 0);
