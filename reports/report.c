@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -590,6 +591,34 @@ static void file_write(void *ud, const char *s, size_t n)
     fwrite(s, 1, n, (FILE *)ud);
 }
 
+/* A trace named twice (a shell glob and an explicit path, a symlink) is
+ * reported once: its process would otherwise appear twice in the tree. */
+static size_t drop_repeats(entry *ents, size_t n)
+{
+    size_t kept = 0;
+    struct stat *st = cs_xcalloc(n, sizeof *st);
+    for (size_t i = 0; i < n; i++) {
+        int known = stat(ents[i].path, &st[kept]) == 0;
+        size_t j = 0;
+        /* an entry that could not be stat'ed has inode 0: it matches nothing */
+        while (known && j < kept && !(st[j].st_ino && st[j].st_dev == st[kept].st_dev &&
+                                      st[j].st_ino == st[kept].st_ino))
+            j++;
+        if (known && j < kept) {
+            fprintf(stderr, "capsan: %s is the same file as %s: reported once\n", ents[i].path,
+                    ents[j].path);
+            continue;
+        }
+        if (!known) /* reported as it is (cannot open) further on */
+            memset(&st[kept], 0, sizeof st[kept]);
+        ents[kept] = ents[i];
+        ents[kept].argi = kept;
+        kept++;
+    }
+    free(st);
+    return kept;
+}
+
 int cs_cmd_report(int argc, char **argv)
 {
     int format = FMT_TEXT, gen = 0;
@@ -641,6 +670,7 @@ int cs_cmd_report(int argc, char **argv)
     }
     if (!n)
         cs_usage_error("report: no trace files given (capsan report [flags] TRACE...)");
+    n = drop_repeats(ents, n);
     if (gen)
         format = FMT_SUPP;
 

@@ -314,6 +314,19 @@ def test_usage_errors(tmp_path):
     assert re.search(r"exitcode\s+int\s+default 23", r.stdout)
 
 
+def test_the_same_trace_twice_is_reported_once(tmp_path):
+    """A glob plus an explicit path, or a symlink: one process, one report."""
+    path = write(tmp_path, double_delete_trace())
+    link = tmp_path / "link"
+    link.symlink_to(path)
+    r = report("--format=json", path, str(link), path, str(tmp_path / "missing"))
+    assert r.returncode == 1, r.stderr  # the missing one
+    assert r.stderr.count("reported once") == 2, r.stderr
+    assert "missing: cannot open" in r.stderr, r.stderr
+    doc = json.loads(r.stdout)
+    assert [p["pid"] for p in doc["processes"]] == [PID], doc["processes"]
+
+
 def test_output_file_and_many_traces(tmp_path):
     a = write(tmp_path, double_delete_trace(), "a")
     b = write(tmp_path, double_delete_trace().replace(struct.pack("<Q", PID), struct.pack("<Q", 77), 1), "b")
