@@ -182,6 +182,8 @@ static char *ended_text(const cs_html_proc *p)
         return s;
     }
     default:
+        if (pi->ended != CS_END_UNKNOWN) /* a newer writer's ending, or a damaged record */
+            return xprintf("END record with ending %d, status %d", pi->ended, pi->status);
         return xprintf("no END record: killed (SIGKILL?) or still running; trace read up to "
                        "offset 0x%llx, no leak check", (unsigned long long)p->data_end);
     }

@@ -356,6 +356,10 @@ static void out_ended(cs_out *o, report_ctx *c, int brief)
         break;
     }
     default:
+        if (t->has_end) { /* a newer writer's ending, or a damaged record */
+            cs_outf(o, "unknown (END record with ending %u, status %d)", t->end.how, c->pi.status);
+            break;
+        }
         if (brief)
             cs_outf(o, "unknown (no END record: killed, or still running)");
         else

@@ -314,6 +314,20 @@ def test_usage_errors(tmp_path):
     assert re.search(r"exitcode\s+int\s+default 23", r.stdout)
 
 
+def test_end_record_with_an_unknown_ending(tmp_path):
+    """A newer writer's ending (or a damaged field) is not 'no END record'."""
+    data = double_delete_trace().replace(end(), end(how=9, status=4))
+    path = write(tmp_path, data)
+    r = report(path)
+    assert r.returncode == 0 and "END record with ending 9, status 4" in r.stdout, r.stdout
+    assert "no END record" not in r.stdout
+    r = report("--format=html", "-o", str(tmp_path / "r.html"), path)
+    assert r.returncode == 0, r.stderr
+    assert "END record with ending 9, status 4" in (tmp_path / "r.html").read_text()
+    r = report("--format=json", path)
+    assert only_process(json.loads(r.stdout))["ended"] == "unknown"
+
+
 def test_the_same_trace_twice_is_reported_once(tmp_path):
     """A glob plus an explicit path, or a symlink: one process, one report."""
     path = write(tmp_path, double_delete_trace())
