@@ -147,6 +147,17 @@ static int in_dtor_of(const void *cap)
     return t && t->dtor_capsule == cap;
 }
 
+/* R20: fp, the metadata's fingerprint now, is not the one its export
+ * took. Reported with the stack of the event that saw it. */
+static void check_loan(const cs_event *ev, const cs_event *export, uint32_t fp)
+{
+    if (export->kind != CS_EV_EXPORT || !export->extra || export->extra == fp)
+        return;
+    cs_event b = {.kind = CS_EV_BAD_TENSOR, .obj = ev->obj, .a = ev->a, .aux = 20,
+                  .extra = CS_BAD_MUTATED, .stack = ev->stack};
+    cs_emit(&b, 0, NULL, NULL);
+}
+
 static void deleter_tramp(void *mt)
 {
     cs_thread *t = cs_thread_get();
@@ -179,12 +190,8 @@ static void deleter_tramp(void *mt)
     /* R20 on the consumer's side: the metadata must reach the deleter as it
      * was exported (a change before the consume was reported there). Only
      * a live struct is read: a released one may be gone. */
-    if (found == 1 && origin.extra && cs_recording &&
-        cs_dl_fingerprint(mt, (origin.aux & CS_DLV_VERSIONED) != 0) != origin.extra) {
-        cs_event b = {.kind = CS_EV_BAD_TENSOR, .obj = ev.obj, .a = ev.a, .aux = 20,
-                      .extra = CS_BAD_MUTATED, .stack = ev.stack};
-        cs_emit(&b, 0, NULL, NULL);
-    }
+    if (found == 1 && origin.extra && cs_recording)
+        check_loan(&ev, &origin, cs_dl_fingerprint(mt, (origin.aux & CS_DLV_VERSIONED) != 0));
     /* torch calls foreign deleters without the GIL (R12): whatever Python
      * the deleter reaches without taking it is reported (cs_check_gil) */
     if (nogil)
@@ -226,15 +233,17 @@ void cs_capsule_dtor_body(PyObject_ *cap, unsigned k)
 
 /* ---- hooks ---- */
 
-/* what a struct that cannot be followed is: only its check findings */
-static void bad_only(void *mt, PyObject_ *cap, const cs_dl_problem *probs, int np)
+/* An export's check findings, sharing one stack: the export's, or with
+ * stack 0 (a struct that cannot be followed, so no export event) the
+ * first finding's own. */
+static void emit_problems(void *mt, PyObject_ *cap, const cs_dl_problem *probs, int np,
+                          uint32_t stack)
 {
-    uint32_t stack = 0; /* the first event's, shared by the rest */
     for (int i = 0; i < np; i++) {
         cs_event b = {.kind = CS_EV_BAD_TENSOR, .obj = (uint64_t)(uintptr_t)mt,
                       .a = (uint64_t)(uintptr_t)cap, .aux = (uint16_t)probs[i].rule,
                       .extra = probs[i].code, .b = (uint64_t)probs[i].value, .stack = stack};
-        cs_emit(&b, i == 0, NULL, NULL);
+        cs_emit(&b, !stack, NULL, NULL);
         stack = b.stack;
     }
 }
@@ -247,7 +256,7 @@ static void export(void *mt, PyObject_ *cap, int versioned, uint8_t gil_flags)
     int np = cs_dl_check(mt, versioned, probs, 8, &nbytes, &fp);
     if (np && (probs[0].code == CS_BAD_NULL_POINTER || probs[0].code == CS_BAD_UNREADABLE)) {
         /* no struct to read or wrap: what the program does with it is its own */
-        bad_only(mt, cap, probs, np);
+        emit_problems(mt, cap, probs, np, 0);
         return;
     }
     void **slot = cs_dl_deleter_slot(mt, versioned);
@@ -268,18 +277,12 @@ static void export(void *mt, PyObject_ *cap, int versioned, uint8_t gil_flags)
     } else if (orig && !cs_probe_store(slot, (void *)deleter_tramp)) {
         /* a read-only struct (static const): its deleter cannot be
          * followed, so neither can the rest of its life */
-        bad_only(mt, cap, probs, np);
+        emit_problems(mt, cap, probs, np, 0);
         return;
     }
     cs_emit(&ev, 1, NULL, NULL);
-    if (cs_np_any_device)
-        cs_np_check_export_device(ev.obj, cs_dl_data(mt), cs_dl_device_type(mt, versioned));
-    for (int i = 0; i < np; i++) {
-        cs_event b = {.kind = CS_EV_BAD_TENSOR, .obj = ev.obj, .a = ev.a,
-                      .aux = (uint16_t)probs[i].rule, .extra = probs[i].code,
-                      .b = (uint64_t)probs[i].value, .stack = ev.stack};
-        cs_emit(&b, 0, NULL, NULL);
-    }
+    cs_np_check_export_device(mt, versioned);
+    emit_problems(mt, cap, probs, np, ev.stack);
 }
 
 #define GIL_CHECK() cs_check_gil(__builtin_return_address(0), CS_NOGIL_CAPSULE)
@@ -350,11 +353,8 @@ static int hook_SetName(PyObject_ *cap, const char *name)
         cs_event origin;
         int found;
         cs_emit(&ev, 1, &origin, &found);
-        if (found && origin.kind == CS_EV_EXPORT && origin.extra && origin.extra != fp) {
-            cs_event b = {.kind = CS_EV_BAD_TENSOR, .obj = ev.obj, .a = ev.a, .aux = 20,
-                          .extra = CS_BAD_MUTATED, .stack = ev.stack};
-            cs_emit(&b, 0, NULL, NULL);
-        }
+        if (found)
+            check_loan(&ev, &origin, fp);
     } else if (nk == NK_DL || nk == NK_DLV) {
         atomic_store_explicit(&renamed_back, 1, memory_order_relaxed);
     } else {

@@ -58,10 +58,10 @@ static inline __attribute__((always_inline)) int readable_near(const void *p, si
     return readable(p, n);
 }
 
-/* the managed struct up to the end of its DLTensor */
+/* the whole managed struct: its DLTensor and its deleter */
 static size_t struct_size(int versioned)
 {
-    return versioned ? CS_DLV_TENSOR_OFF + 48 : 64;
+    return versioned ? sizeof(dl_managed_versioned) : CS_DL_DELETER_OFF + sizeof(void *);
 }
 
 static const dl_tensor *tensor_of(const void *mt, int versioned)

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dltensor.h"
 #include "options.h"
 #include "plausible.h"
 #include "pyapi.h"
@@ -56,7 +57,7 @@ typedef struct known {
 
 static known handlers[MAX_HANDLERS];
 static int nhandlers;
-int cs_np_any_device; /* some handler serves another device: check exports */
+static int any_device; /* some handler serves another device: check exports */
 static cs_spin hmu = CS_SPIN_INIT;
 /* the ctx pointers of known handlers, as bits of a 4096-bit filter: every
  * free() of the process tests one bit before taking hmu */
@@ -130,7 +131,7 @@ static void remember_as(const np_handler *h, int refresh)
                                          ? 3 /* kDLCUDAHost */
                                          : strstr(h->name, "cuda_managed") ? 13 : 0;
         if (handlers[nhandlers].device)
-            cs_np_any_device = 1;
+            any_device = 1;
         nhandlers++;
     }
     cs_spin_unlock(&hmu);
@@ -176,9 +177,12 @@ static uint32_t staleness(const np_handler *h)
     return why;
 }
 
-void cs_np_check_export_device(uint64_t mt, uint64_t data, int devtype)
+void cs_np_check_export_device(const void *managed, int versioned)
 {
-    if (!cs_np_any_device || devtype != 1 /* kDLCPU */ || !data || !cs_lc)
+    if (!any_device || !cs_lc) /* the usual case: no struct is read */
+        return;
+    uint64_t mt = (uint64_t)(uintptr_t)managed, data = cs_dl_data(managed);
+    if (cs_dl_device_type(managed, versioned) != 1 /* kDLCPU */ || !data)
         return;
     cs_event origin;
     cs_lc_lock(cs_lc, data);
@@ -213,7 +217,7 @@ int capsan_handler_set_device(PyObject_ *handler, int device_type)
     if (k) {
         k->device = device_type;
         if (device_type && device_type != 1)
-            cs_np_any_device = 1;
+            any_device = 1;
     }
     cs_spin_unlock(&hmu);
     return k ? 0 : -1;

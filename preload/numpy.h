@@ -14,11 +14,10 @@ int cs_numpy_init(void);
 /* PyCapsule_GetPointer(cap, "mem_handler") just returned `handler`: the
  * next Track/Untrack on this thread is that handler's. */
 void cs_np_note_handler(const void *cap, const void *handler);
-/* A tensor exported as device `devtype` with its data at `data`: if that
- * data came from a handler declared for another device, say so. */
-void cs_np_check_export_device(uint64_t mt, uint64_t data, int devtype);
-/* a handler declared a device other than the CPU: exports are checked */
-extern int cs_np_any_device;
+/* A managed struct just exported as a CPU tensor: if its data came from
+ * a handler declared for another device, say so. Reads nothing unless
+ * some handler declared a device. */
+void cs_np_check_export_device(const void *mt, int versioned);
 /* After dlclose: forget handlers whose code was unloaded. */
 void cs_np_after_dlclose(void);
 

@@ -28,6 +28,19 @@ static const struct optdesc {
 };
 #define NOPTS (sizeof table / sizeof table[0])
 
+/* An option's default as options.inc writes it, without a STR's quotes;
+ * *n gets its length. */
+static const char *default_text(const struct optdesc *d, int *n)
+{
+    const char *t = d->defstr;
+    *n = (int)strlen(t);
+    if (d->type == T_STR && *n >= 2 && t[0] == '"') {
+        t++;
+        *n -= 2;
+    }
+    return t;
+}
+
 /* one more line in err (messages are kept, not overwritten) */
 static void complain(char *err, unsigned errlen, const char *fmt, ...)
 {
@@ -65,7 +78,8 @@ static int set(const struct optdesc *d, const char *v, size_t vlen, const char *
                      d->name, source);
             return -1;
         }
-        if (!vlen && strcmp(d->defstr, "\"\"") != 0) {
+        int dn;
+        if (!vlen && (default_text(d, &dn), dn != 0)) {
             /* empty only where empty is the default (suppressions) */
             complain(err, errlen, "capsan: option '%s' in %s must not be empty", d->name, source);
             return -1;
@@ -119,13 +133,9 @@ void cs_options_defaults(void)
 {
     char err[8];
     for (size_t i = 0; i < NOPTS; i++) {
-        const char *d = table[i].defstr;
-        size_t n = strlen(d);
-        if (table[i].type == T_STR && n >= 2 && d[0] == '"') { /* strip the quotes */
-            d++;
-            n -= 2;
-        }
-        set(&table[i], d, n, "", err, sizeof err);
+        int n;
+        const char *d = default_text(&table[i], &n);
+        set(&table[i], d, (size_t)n, "", err, sizeof err);
     }
 }
 
@@ -134,12 +144,9 @@ const char *cs_option_default(const char *name)
     static char buf[NOPTS][64];
     for (size_t i = 0; i < NOPTS; i++)
         if (!strcmp(table[i].name, name)) {
-            const char *d = table[i].defstr;
-            size_t n = strlen(d);
-            if (table[i].type == T_STR && n >= 2 && d[0] == '"')
-                snprintf(buf[i], sizeof buf[i], "%.*s", (int)n - 2, d + 1);
-            else
-                snprintf(buf[i], sizeof buf[i], "%s", d);
+            int n;
+            const char *d = default_text(&table[i], &n);
+            snprintf(buf[i], sizeof buf[i], "%.*s", n, d);
             return buf[i];
         }
     return NULL;
@@ -184,12 +191,8 @@ void cs_options_help(int fd)
     static const char *const types[] = {"int", "bool", "string"};
     for (size_t i = 0; i < NOPTS; i++) {
         const struct optdesc *d = &table[i];
-        const char *def = d->defstr;
-        int n = (int)strlen(def);
-        if (d->type == T_STR && n >= 2 && def[0] == '"') {
-            def++;
-            n -= 2;
-        }
+        int n;
+        const char *def = default_text(d, &n);
         char valid[64];
         snprintf(valid, sizeof valid, "%s%s%s", *d->valid ? "(" : "", d->valid,
                  *d->valid ? ") " : "");

@@ -18,19 +18,22 @@ _Atomic uintptr_t cs_probe_known[CS_PROBE_PAGES];
  * existed, rather than every struct reported as unreadable. */
 static _Atomic int no_kernel;
 
-/* the kernel's answer: can the byte at a be read into this process */
-static int kernel_reads(uintptr_t a)
+/* The kernel copies n bytes from or to this process's memory at remote:
+ * 1 done, 0 that memory is not there or not writable (EFAULT), -1 the
+ * kernel cannot be asked. */
+static int kernel_copy(int write, void *local, void *remote, size_t n)
 {
     if (atomic_load_explicit(&no_kernel, memory_order_relaxed))
-        return 1;
-    char c;
-    struct iovec l = {&c, 1}, r = {(void *)a, 1};
-    if (process_vm_readv(getpid(), &l, 1, &r, 1, 0) == 1)
+        return -1;
+    struct iovec l = {local, n}, r = {remote, n};
+    ssize_t done = write ? process_vm_writev(getpid(), &l, 1, &r, 1, 0)
+                         : process_vm_readv(getpid(), &l, 1, &r, 1, 0);
+    if (done == (ssize_t)n)
         return 1;
     if (errno == EFAULT)
         return 0;
     atomic_store_explicit(&no_kernel, 1, memory_order_relaxed);
-    return 1;
+    return -1;
 }
 
 static int page_readable(uintptr_t page)
@@ -38,7 +41,8 @@ static int page_readable(uintptr_t page)
     _Atomic uintptr_t *k = cs_probe_entry(page);
     if ((atomic_load_explicit(k, memory_order_relaxed) & ~(uintptr_t)2) == (page << 2 | 1))
         return 1;
-    if (!kernel_reads(page << PAGE_SHIFT))
+    char c;
+    if (kernel_copy(0, &c, (void *)(page << PAGE_SHIFT), 1) == 0)
         return 0;
     atomic_store_explicit(k, page << 2 | 1, memory_order_relaxed);
     return 1;
@@ -66,18 +70,12 @@ int cs_probe_store(void **slot, void *val)
     if (!cs_probe_read(slot, sizeof *slot))
         return 0;
     /* the store itself is the test: the kernel refuses a read-only page */
-    struct iovec l = {&val, sizeof val}, r = {slot, sizeof val};
-    if (atomic_load_explicit(&no_kernel, memory_order_relaxed)) {
+    int r = kernel_copy(1, &val, slot, sizeof val);
+    if (r == 0)
+        return 0;
+    if (r < 0)
         *slot = val; /* no kernel to ask: as before probes existed */
-        return 1;
-    }
-    if (process_vm_writev(getpid(), &l, 1, &r, 1, 0) != (ssize_t)sizeof val) {
-        if (errno == EFAULT)
-            return 0;
-        atomic_store_explicit(&no_kernel, 1, memory_order_relaxed);
-        *slot = val;
-        return 1;
-    }
-    atomic_store_explicit(k, page << 2 | 3, memory_order_relaxed);
+    else
+        atomic_store_explicit(k, page << 2 | 3, memory_order_relaxed);
     return 1;
 }

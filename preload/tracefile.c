@@ -140,15 +140,21 @@ static int settle_fd(int f)
     return f;
 }
 
+/* descriptor f is open on the trace file */
+static int is_trace(int f)
+{
+    struct stat st;
+    return f >= 0 && fstat(f, &st) == 0 && st.st_dev == fd_dev && st.st_ino == fd_ino;
+}
+
 /* fd is still the trace file (the program may have closed it, or dup2'd
  * one of its own files over it); if not, open the trace again by path */
 static int fd_is_ours(void)
 {
-    struct stat st;
-    if (fd >= 0 && fstat(fd, &st) == 0 && st.st_dev == fd_dev && st.st_ino == fd_ino)
+    if (is_trace(fd))
         return 1;
     int f = open(path, O_RDWR | O_CLOEXEC);
-    if (f >= 0 && fstat(f, &st) == 0 && st.st_dev == fd_dev && st.st_ino == fd_ino) {
+    if (is_trace(f)) {
         fd = settle_fd(f);
         return fd >= 0;
     }
@@ -366,8 +372,7 @@ void cs_trace_atfork_child(void)
         atomic_store(&chunks[k], NULL);
     }
     atomic_store(&mapped_upto, 0);
-    struct stat st; /* the program may have closed or dup2'd over it */
-    if (fd >= 0 && fstat(fd, &st) == 0 && st.st_dev == fd_dev && st.st_ino == fd_ino)
+    if (is_trace(fd)) /* the program may have closed or dup2'd over it */
         close(fd);
     fd = -1;
     atomic_store(&wr_off, 0);

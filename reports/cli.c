@@ -121,10 +121,15 @@ static void kv_set(kvlist *l, const char *text, size_t len)
     l->n++;
 }
 
-static void kv_parse(kvlist *l, const char *s)
+static void check_flag_option(const char *text, size_t len);
+
+/* "k=v:k=v" (or ','-separated) into l; with check, each must be valid */
+static void kv_parse(kvlist *l, const char *s, int check)
 {
     while (s && *s) {
         size_t len = strcspn(s, ":,");
+        if (len && check)
+            check_flag_option(s, len);
         if (len)
             kv_set(l, s, len);
         s += len;
@@ -203,17 +208,7 @@ static int cmd_run(int argc, char **argv)
         } else if (strcmp(a, "--halt-on-error") == 0) {
             kv_set(&flags, "halt_on_error=1", 15);
         } else if (strncmp(a, "--options", 9) == 0 && (a[9] == 0 || a[9] == '=')) {
-            const char *v = cs_flag_value(argc, argv, &i, "--options");
-            for (const char *s = v; *s;) {
-                size_t len = strcspn(s, ":,");
-                if (len) {
-                    check_flag_option(s, len);
-                    kv_set(&flags, s, len);
-                }
-                s += len;
-                if (*s)
-                    s++;
-            }
+            kv_parse(&flags, cs_flag_value(argc, argv, &i, "--options"), 1);
         } else {
             cs_usage_error("run: unknown flag '%s'", a);
         }
@@ -228,7 +223,7 @@ static int cmd_run(int argc, char **argv)
 
     /* user options first, flags win */
     kvlist opts = { 0 };
-    kv_parse(&opts, getenv("CAPSAN_OPTIONS"));
+    kv_parse(&opts, getenv("CAPSAN_OPTIONS"), 0);
     for (size_t k = 0; k < flags.n; k++)
         kv_set(&opts, flags.v[k].text, strlen(flags.v[k].text));
     size_t total = 1;
