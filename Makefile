@@ -24,13 +24,16 @@ CLI_SRC  := $(filter-out $(RT_SHARED),$(wildcard reports/*.c))
 CLI_OBJ  := $(patsubst %.c,$(B)/obj/cli/%.o,$(CLI_SRC) preload/lifecycle.c preload/options.c $(RT_SHARED))
 CLI_LIBS := -ldw -lelf -lm
 FIX_SRC  := $(wildcard tests/fixtures/*.c)
-FIX_SO   := $(patsubst tests/fixtures/%.c,$(B)/tests/%.so,$(FIX_SRC))
+# fixtures are built per interpreter: build/tests for $(PYTHON), and
+# build/tests/cpXYZ for each current-stack venv (make fixtures-current)
+FIXOUT   ?= $(B)/tests
+FIX_SO   := $(patsubst tests/fixtures/%.c,$(FIXOUT)/%.so,$(FIX_SRC))
 UNIT_SRC := $(wildcard tests/unit/*.c)
 UNIT_BIN := $(patsubst tests/unit/%.c,$(B)/tests/unit/%,$(UNIT_SRC))
 PY_SRC   := $(wildcard pyhook/capsan/*.py)
 PY_OUT   := $(patsubst pyhook/capsan/%,$(B)/python/capsan/%,$(PY_SRC))
 
-.PHONY: all deps demo test test-c test-py bench install clean check-numpy
+.PHONY: all deps demo test test-c test-py bench install clean check-numpy venvs fixtures-current fixture-sos
 all: $(B)/lib/libcapsan.so $(B)/bin/capsan python
 
 $(B)/obj/rt/%.o: %.c $(wildcard preload/*.h preload/*.inc reports/*.h)
@@ -65,9 +68,10 @@ $(PY_DIST)/entry_points.txt: Makefile
 	printf '[pytest11]\ncapsan = capsan.pytest_plugin\n' > $@
 
 # buggy and clean fixture extensions used by the tests
-$(B)/tests/%.so: tests/fixtures/%.c $(wildcard tests/fixtures/*.h)
+$(FIXOUT)/%.so: tests/fixtures/%.c $(wildcard tests/fixtures/*.h)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -fPIC -shared -I$(PYINC) -I$(NPINC) -Ipreload -o $@ $<
+	$(CC) $(CFLAGS) -fPIC -shared -I$(PYINC) -I$(NPINC) -Ipreload \
+	  -DNPY_TARGET_VERSION=NPY_1_22_API_VERSION -o $@ $<
 
 # a shared-libpython interpreter: Debian's /usr/bin/python3 links libpython statically
 $(B)/tests/pyshared: tests/pyshared.c
@@ -79,6 +83,18 @@ $(B)/tests/unit/%: tests/unit/%.c tests/unit/check.h preload/names.h preload/pro
 	$(CC) $(CFLAGS) -Ipreload -Ireports -o $@ $< preload/probe.c $(B)/obj/cli/preload/lifecycle.o $(B)/obj/cli/reports/render.o
 
 fixtures: $(FIX_SO) $(B)/tests/pyshared $(UNIT_BIN)
+fixture-sos: $(FIX_SO)
+
+# The current stack: a venv per CPython 3.10-3.13 (numpy 2; torch 2.13 and
+# JAX on 3.11), built once from the package registry and cached outside the
+# checkout (.ci/venvs); build/venvs.txt lists "TAG PYTHON" for the tests.
+venvs:
+	@mkdir -p $(B)
+	@bash .ci/venvs > $(B)/venvs.txt.new && mv $(B)/venvs.txt.new $(B)/venvs.txt
+fixtures-current: venvs
+	@while read -r tag py; do \
+	  $(MAKE) --no-print-directory fixture-sos PYTHON=$$py FIXOUT=$(B)/tests/$$tag || exit 1; \
+	done < $(B)/venvs.txt
 
 deps:
 	@bash .ci/deps
@@ -88,7 +104,7 @@ demo: deps
 	@bash examples/demo.sh
 
 test: deps
-	@$(MAKE) --no-print-directory all fixtures
+	@$(MAKE) --no-print-directory all fixtures fixtures-current
 	@$(MAKE) --no-print-directory test-c
 	@$(MAKE) --no-print-directory test-py
 

@@ -42,6 +42,42 @@ TIMEOUT = 120
 INTERPRETERS = {"static": STATIC_PY, "shared": PYSHARED}
 
 
+def _current_stack() -> dict:
+    """{"cp310": PYTHON, ...}: the venvs `make venvs` built (.ci/venvs), each
+    a pyenv CPython (shared libpython) with numpy 2; cp311 also has torch
+    2.13 and JAX. Their fixtures are in build/tests/TAG."""
+    out = {}
+    txt = BUILD / "venvs.txt"
+    if txt.exists():
+        for line in txt.read_text().splitlines():
+            parts = line.split(None, 1)
+            if len(parts) == 2:
+                out[parts[0]] = Path(parts[1])
+    return out
+
+
+CURRENT = _current_stack()
+# every interpreter the machine has: Debian's two builds, then the venvs
+ALL_PYTHONS = {**INTERPRETERS, **CURRENT}
+
+
+def fixdir_for(interpreter) -> Path:
+    """Where the fixture extensions built for `interpreter` are."""
+    for tag, py in CURRENT.items():
+        if interpreter is not None and Path(interpreter) == py:
+            return FIXDIR / tag
+    return FIXDIR
+
+
+def current_python(tag: str) -> Path:
+    """A current-stack venv's python, its fixtures built; skip when this
+    machine has no such CPython (.ci/venvs says which it found)."""
+    if tag not in CURRENT:
+        pytest.skip(f"no {tag} venv on this machine (make venvs; .ci/venvs)")
+    require(CURRENT[tag], fixdir_for(CURRENT[tag]) / "dlconsumer.so")
+    return CURRENT[tag]
+
+
 def require(*paths: Path) -> None:
     """Fail (never skip) when a build artefact is missing."""
     missing = [str(p) for p in paths if not Path(p).exists()]
@@ -98,11 +134,11 @@ def no_core():
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 
 
-def base_env(extra: dict | None = None) -> dict:
+def base_env(extra: dict | None = None, interpreter=None) -> dict:
     env = dict(os.environ)
-    for k in ("LD_PRELOAD", "CAPSAN_OPTIONS", "PYTHONHOME", "PYTHONSTARTUP"):
+    for k in ("LD_PRELOAD", "CAPSAN_OPTIONS", "PYTHONHOME", "PYTHONSTARTUP", "VIRTUAL_ENV"):
         env.pop(k, None)
-    env["PYTHONPATH"] = str(FIXDIR)
+    env["PYTHONPATH"] = str(fixdir_for(interpreter))
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     env["OMP_NUM_THREADS"] = "1"  # keep torch from spawning a thread pool per process
     if extra:
@@ -180,7 +216,7 @@ def run_capsan(script, tmp: Path, *, options=None, interpreter=STATIC_PY, mode: 
     opts = list(options or [])
     if isinstance(options, str):
         opts = [options] if options else []
-    e = base_env(env)
+    e = base_env(env, interpreter)
     argv = [str(interpreter), str(script), *map(str, args)]
     if mode == "run":
         cmd = [str(CAPSAN), "run", "--log-path", str(prefix), "--", *argv]
@@ -207,7 +243,7 @@ def run_plain(script, *, interpreter=STATIC_PY, args=(), env=None, timeout: int 
     """The same script without capsan (for comparisons)."""
     require_fixtures()
     return subprocess.run([str(interpreter), str(script), *map(str, args)], capture_output=True,
-                          text=True, timeout=timeout, env=base_env(env),
+                          text=True, timeout=timeout, env=base_env(env, interpreter),
                           stdin=subprocess.DEVNULL, preexec_fn=no_core)
 
 
@@ -328,5 +364,18 @@ def process_of(report: dict, pid: int | None = None) -> dict:
 def interp(request):
     """Both interpreter builds: Debian's static-libpython python3 and build/tests/pyshared."""
     return INTERPRETERS[request.param]
+
+
+ALL_TAGS = ["static", "shared", "cp310", "cp311", "cp312", "cp313"]
+
+
+@pytest.fixture(params=ALL_TAGS)
+def anypy(request):
+    """Every CPython the machine has: Debian's 3.11 (static and shared
+    libpython, numpy 1.24, torch 1.13) and pyenv's 3.10-3.13 venvs (numpy 2)."""
+    if request.param in INTERPRETERS:
+        require_fixtures()
+        return INTERPRETERS[request.param]
+    return current_python(request.param)
 
 
