@@ -14,8 +14,9 @@ NPINC    := $(shell $(PYTHON) -c 'import numpy; print(numpy.get_include())' 2>/d
 WARN     := -Wall -Wextra -Werror
 CFLAGS   ?= -O2 -g
 CFLAGS   += -std=c11 -D_GNU_SOURCE $(WARN) -fno-omit-frame-pointer
-# the runtime: PIC, hidden by default (only capsan_* is exported), no libpython link
-RT_CFLAGS := $(CFLAGS) -fPIC -fvisibility=hidden -I$(PYINC) -Ipreload -Ireports
+# the runtime: PIC, hidden by default (only capsan_* is exported), no libpython
+# link and no Python headers: one build serves every CPython (pyversions.inc)
+RT_CFLAGS := $(CFLAGS) -fPIC -fvisibility=hidden -Ipreload -Ireports
 RT_SHARED := reports/render.c reports/suppress.c reports/json.c reports/leakgroups.c
 RT_SRC   := $(wildcard preload/*.c) $(RT_SHARED)
 RT_OBJ   := $(patsubst %.c,$(B)/obj/rt/%.o,$(RT_SRC))

@@ -2,16 +2,15 @@
  *
  * Both questions are asked on every hook. PyGILState_Check() looks this
  * thread's PyThreadState up in thread-specific storage, and both answers
- * cost a call into libpython. In 3.11 the thread holding the GIL is the one
- * whose PyThreadState is current (_PyRuntime.gilstate.tstate_current), a
- * PyThreadState records the thread that made it (thread_id, pthread_self()),
- * and Py_IsInitialized() is _PyRuntime.initialized: three loads, inlined
- * in pyapi.h. A thread's first checks are made both ways; one disagreement
- * turns the shortcut off for the process. */
-#define Py_BUILD_CORE 1
-#include <Python.h>
-#include <internal/pycore_runtime.h>
-
+ * cost a call into libpython. In 3.10 and 3.11 the thread holding the GIL
+ * is the one whose PyThreadState is current
+ * (_PyRuntime.gilstate.tstate_current), a PyThreadState records the thread
+ * that made it (thread_id, pthread_self()), and Py_IsInitialized() is
+ * _PyRuntime.initialized: three loads, inlined in pyapi.h, at the offsets
+ * of pyversions.inc. Since 3.12 the current thread state is a C
+ * thread-local that no symbol reaches: those versions ask libpython. A
+ * thread's first checks are made both ways; one disagreement turns the
+ * shortcut off for the process. */
 #include "pyapi.h"
 
 #include <dlfcn.h>
@@ -32,14 +31,15 @@ static void decide(void)
 {
     if (atomic_exchange(&decided, 1))
         return;
-    char *rt = cs_py.frames_311 ? dlsym(RTLD_DEFAULT, "_PyRuntime") : NULL;
-    if (!rt || !cs_py.ThreadState_UncheckedGet)
+    const cs_pylayout *l = cs_py.layout;
+    char *rt = l && l->rt_tstate >= 0 ? dlsym(RTLD_DEFAULT, "_PyRuntime") : NULL;
+    if (!rt)
         return;
-    void *const volatile *ts = (void *const volatile *)(rt + offsetof(_PyRuntimeState, gilstate.tstate_current));
-    const volatile int *init = (const volatile int *)(rt + offsetof(_PyRuntimeState, initialized));
+    void *const volatile *ts = (void *const volatile *)(rt + l->rt_tstate);
+    const volatile int *init = (const volatile int *)(rt + l->rt_initialized);
     if (*ts != cs_py.ThreadState_UncheckedGet() || *init != cs_py.IsInitialized())
         return;
-    cs_pyf.tid_off = offsetof(PyThreadState, thread_id);
+    cs_pyf.tid_off = (size_t)l->ts_thread_id;
     cs_pyf.initialized = init;
     __atomic_store_n(&cs_pyf.tstate, ts, __ATOMIC_RELEASE);
 }

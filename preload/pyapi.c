@@ -2,6 +2,7 @@
 #include "pyapi.h"
 
 #include <dlfcn.h>
+#include <stdlib.h>
 #include <string.h>
 
 cs_pyapi cs_py;
@@ -23,6 +24,8 @@ int cs_pyapi_init(void)
     SYM(IsInitialized, "Py_IsInitialized");
     SYM(GILState_Check, "PyGILState_Check");
     SYM(ThreadState_UncheckedGet, "_PyThreadState_UncheckedGet");
+    if (!cs_py.ThreadState_UncheckedGet) /* its public name since 3.13 */
+        SYM(ThreadState_UncheckedGet, "PyThreadState_GetUnchecked");
     SYM(GILState_GetThisThreadState, "PyGILState_GetThisThreadState");
     SYM(Code_Addr2Line, "PyCode_Addr2Line");
     SYM(Unicode_AsUTF8, "PyUnicode_AsUTF8");
@@ -38,14 +41,21 @@ int cs_pyapi_init(void)
     SYM(Object_GetAttrString, "PyObject_GetAttrString");
     SYM(Err_SetString, "PyErr_SetString");
     SYM(Exc_RuntimeError, "PyExc_RuntimeError");
-    SYM(ThreadState_GetFrame, "PyThreadState_GetFrame");
-    SYM(Frame_GetBack, "PyFrame_GetBack");
-    SYM(Frame_GetCode, "PyFrame_GetCode");
-    SYM(Frame_GetLineNumber, "PyFrame_GetLineNumber");
+    cs_py.Code_Type = dlsym(RTLD_DEFAULT, "PyCode_Type");
+    /* Py_Version since 3.11; Py_GetVersion()'s "3.10.13 (main, ..." always */
     const unsigned long *ver = dlsym(RTLD_DEFAULT, "Py_Version");
-    cs_py.version = ver ? *ver : 0;
-    /* the internal frame layout compiled in is 3.11's (see stack.c) */
-    cs_py.frames_311 = (cs_py.version >> 16) == 0x030B && cs_py.ThreadState_UncheckedGet;
+    const char *(*getver)(void) = (const char *(*)(void))dlsym(RTLD_DEFAULT, "Py_GetVersion");
+    if (ver) {
+        cs_py.major = (int)(*ver >> 24);
+        cs_py.minor = (int)((*ver >> 16) & 0xff);
+    } else if (getver) {
+        char *end;
+        const char *v = getver();
+        cs_py.major = (int)strtol(v, &end, 10);
+        cs_py.minor = *end == '.' ? (int)strtol(end + 1, NULL, 10) : 0;
+    }
+    cs_py.layout = cs_py.ThreadState_UncheckedGet && cs_py.Code_Type
+                       ? cs_pylayout_for(cs_py.major, cs_py.minor) : NULL;
     cs_py.ok = cs_py.Capsule_New && cs_py.Capsule_SetName && cs_py.Capsule_GetPointer &&
                cs_py.Capsule_IsValid && cs_py.Capsule_SetDestructor &&
                cs_py.Capsule_GetDestructor && cs_py.Capsule_SetPointer &&

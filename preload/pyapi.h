@@ -8,13 +8,18 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "pyversion.h"
+
 typedef struct _object PyObject_;
 typedef void (*cs_capsule_dtor)(PyObject_ *);
 
 typedef struct cs_pyapi {
     int ok;             /* PyCapsule_New and friends were found */
-    int frames_311;     /* the interpreter is 3.11: walk frames directly */
-    unsigned long version; /* Py_Version */
+    int major, minor;   /* the interpreter's version */
+    /* its layouts (pyversions.inc); NULL for a version capsan does not
+     * know: stacks are then native only */
+    const cs_pylayout *layout;
+    const void *Code_Type; /* &PyCode_Type */
     /* capsule originals (taken before any slot is patched) */
     PyObject_ *(*Capsule_New)(void *, const char *, cs_capsule_dtor);
     int (*Capsule_SetName)(PyObject_ *, const char *);
@@ -44,11 +49,6 @@ typedef struct cs_pyapi {
     PyObject_ *(*Object_GetAttrString)(PyObject_ *, const char *);
     void (*Err_SetString)(PyObject_ *, const char *);
     PyObject_ **Exc_RuntimeError;
-    /* public frame API, for interpreters other than 3.11 */
-    void *(*ThreadState_GetFrame)(void *tstate);
-    void *(*Frame_GetBack)(void *frame);
-    void *(*Frame_GetCode)(void *frame);
-    int (*Frame_GetLineNumber)(void *frame);
 } cs_pyapi;
 
 extern cs_pyapi cs_py;
@@ -57,8 +57,9 @@ extern cs_pyapi cs_py;
  * (an embedding program may load libpython late). */
 int cs_pyapi_init(void);
 
-/* Direct reads of 3.11's _PyRuntime (gil.c), set once they agree with
- * libpython; tstate is NULL when the shortcut is off. */
+/* Direct reads of _PyRuntime where the version has the current thread
+ * state there (3.10, 3.11; gil.c), set once they agree with libpython;
+ * tstate is NULL when the shortcut is off. */
 typedef struct cs_pyfast {
     void *const volatile *tstate;    /* &_PyRuntime.gilstate.tstate_current */
     const volatile int *initialized; /* &_PyRuntime.initialized */

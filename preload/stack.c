@@ -4,10 +4,6 @@
  * per-thread set-associative cache of whole stacks (a hit is the stack
  * that happened, never a near match). Misses insert into the global tree
  * under one mutex and write the new nodes to the trace. */
-#define Py_BUILD_CORE 1
-#include <Python.h>
-#include <internal/pycore_frame.h>
-
 #include "stack.h"
 
 #include <dlfcn.h>
@@ -99,7 +95,13 @@ void cs_stack_flush(void)
         unw_flush(unw_space, 0, 0);
 }
 
-/* ---- Python code objects, interned under the GIL ---- */
+/* ---- Python code objects, interned under the GIL ----
+ * Code objects and frames are read at the offsets of the running version
+ * (pyversions.inc): the runtime is built without Python headers. */
+typedef struct code_obj code_obj; /* a PyCodeObject, opaque */
+
+#define AT(p, off, type) (*(type const *)((const char *)(p) + (off)))
+
 typedef struct code_info {
     const char *file, *name;
     uint32_t firstlineno;
@@ -110,7 +112,7 @@ typedef struct code_info {
 /* Interning needs the GIL (it reads str objects); a thread without it may
  * only look up code objects interned already, under this lock. */
 static cs_spin code_mu = CS_SPIN_INIT;
-static PyCodeObject **code_keys;   /* open addressing, strong refs */
+static code_obj **code_keys;   /* open addressing, strong refs */
 static uint32_t *code_vals;
 static size_t code_cap, code_used;
 static code_info *_Atomic code_tab[4096]; /* chunks of 1024 */
@@ -136,14 +138,14 @@ static void code_write(uint32_t id)
     cs_trace_write_strs(CS_REC_CODE, &r, sizeof r, strs, 2);
 }
 
-static char *utf8_copy(PyObject *s)
+static char *utf8_copy(PyObject_ *s)
 {
     const char *u = s ? cs_py.Unicode_AsUTF8(s) : NULL;
     return strdup(u ? u : "?");
 }
 
 /* Without the GIL: the id of a code object interned earlier, or 0. */
-static uint32_t code_lookup(const PyCodeObject *co)
+static uint32_t code_lookup(const code_obj *co)
 {
     uint32_t id = 0;
     cs_spin_lock(&code_mu);
@@ -159,10 +161,10 @@ static uint32_t code_lookup(const PyCodeObject *co)
     return id;
 }
 
-static uint32_t code_intern_locked(PyCodeObject *co);
+static uint32_t code_intern_locked(code_obj *co);
 
 /* GIL held. Returns 0 when out of memory. */
-static uint32_t code_intern(PyCodeObject *co)
+static uint32_t code_intern(code_obj *co)
 {
     cs_spin_lock(&code_mu);
     uint32_t id = code_intern_locked(co);
@@ -170,7 +172,7 @@ static uint32_t code_intern(PyCodeObject *co)
     return id;
 }
 
-static uint32_t code_intern_locked(PyCodeObject *co)
+static uint32_t code_intern_locked(code_obj *co)
 {
     if (code_cap && (code_used + 1) * 2 <= code_cap) {
         size_t m = code_cap - 1;
@@ -183,7 +185,7 @@ static uint32_t code_intern_locked(PyCodeObject *co)
     }
     if ((code_used + 1) * 2 > code_cap) {
         size_t ncap = code_cap ? code_cap * 2 : 1024;
-        PyCodeObject **nk = calloc(ncap, sizeof *nk);
+        code_obj **nk = calloc(ncap, sizeof *nk);
         uint32_t *nv = calloc(ncap, sizeof *nv);
         if (!nk || !nv) {
             free(nk);
@@ -221,17 +223,18 @@ static uint32_t code_intern_locked(PyCodeObject *co)
         atomic_store(&code_tab[id >> 10], chunk);
     }
     /* a pending exception must survive our string conversions (R5) */
-    PyObject *et, *ev, *tb;
+    PyObject_ *et, *ev, *tb;
     cs_py.Err_Fetch(&et, &ev, &tb);
     code_info *c = code_at(id);
-    c->file = utf8_copy(co->co_filename);
-    c->name = utf8_copy(co->co_qualname);
-    c->firstlineno = (uint32_t)co->co_firstlineno;
+    const cs_pylayout *l = cs_py.layout;
+    c->file = utf8_copy(AT(co, l->co_filename, PyObject_ *));
+    c->name = utf8_copy(AT(co, l->co_name, PyObject_ *));
+    c->firstlineno = (uint32_t)AT(co, l->co_firstlineno, int);
     c->importlib = strncmp(c->file, "<frozen importlib", 17) == 0;
     cs_py.Err_Restore(et, ev, tb);
     /* the code object must outlive its id: a reused address would name a
      * different function */
-    cs_py.IncRef((PyObject *)co);
+    cs_py.IncRef((PyObject_ *)co);
     size_t i = ((uintptr_t)co >> 4) & (code_cap - 1);
     while (code_keys[i])
         i = (i + 1) & (code_cap - 1);
@@ -310,23 +313,67 @@ typedef struct cs_stack_cache {
 
 void cs_stack_cache_free(cs_stack_cache *c) { free(c); }
 
+/* The next frame of the chain that runs code, and whether `f` is the
+ * outermost frame of its C-level evaluation (the native stack holds one
+ * _PyEval_EvalFrameDefault per such group). */
+static const char *code_frame(const cs_pylayout *l, const char *f)
+{
+    for (; f; f = AT(f, l->f_back, const char *)) {
+        if (l->model == CS_PYF_OBJECT)
+            return f;
+        char owner = AT(f, l->f_owner, char);
+        if (owner == l->owner_cstack)
+            continue; /* the shim an evaluation starts with (3.12+) */
+        const char *co = AT(f, l->f_code, const char *);
+        if (!co || AT(co, sizeof(intptr_t), const void *) != cs_py.Code_Type)
+            continue; /* 3.13's f_executable may be other than code */
+        /* incomplete: set up, its first instruction not yet run */
+        const char *first = co + l->co_code + 2 * AT(co, l->co_firsttraceable, int);
+        if (owner != l->owner_gen && AT(f, l->f_instr, const char *) < first)
+            continue;
+        return f;
+    }
+    return NULL;
+}
+
+static int is_entry(const cs_pylayout *l, const char *f)
+{
+    if (l->f_entry >= 0)
+        return AT(f, l->f_entry, char) != 0;
+    if (l->owner_cstack < 0)
+        return 1; /* 3.10: one evaluation a frame */
+    const char *prev = AT(f, l->f_back, const char *);
+    return !prev || AT(prev, l->f_owner, char) == l->owner_cstack;
+}
+
+/* The instruction a frame is at, in code units from the code's start
+ * (what PyCode_Addr2Line wants, times two). */
+static int frame_lasti(const cs_pylayout *l, const char *f, const char *co)
+{
+    if (l->model == CS_PYF_OBJECT)
+        return AT(f, l->f_instr, int);
+    return (int)((AT(f, l->f_instr, const char *) - (co + l->co_code)) / 2);
+}
+
 /* gil == 0: this thread released the GIL inside C code; its own frame
  * chain cannot change meanwhile, but nothing may be interned */
 static int python_frames(cs_stack_cache *c, uint64_t *out, int max, int gil, int *importing)
 {
-    if (!cs_py.frames_311 || max <= 0)
+    const cs_pylayout *l = cs_py.layout;
+    if (!l || max <= 0)
         return 0;
-    PyThreadState *ts = gil ? cs_py.ThreadState_UncheckedGet()
-                            : (cs_py.GILState_GetThisThreadState
-                                   ? cs_py.GILState_GetThisThreadState() : NULL);
-    if (!ts || !ts->cframe)
+    const char *ts = gil ? cs_py.ThreadState_UncheckedGet()
+                         : (cs_py.GILState_GetThisThreadState
+                                ? cs_py.GILState_GetThisThreadState() : NULL);
+    if (ts && l->ts_cframe >= 0)
+        ts = AT(ts, l->ts_cframe, const char *); /* the _PyCFrame */
+    if (!ts)
         return 0;
     int n = 0;
-    for (_PyInterpreterFrame *f = ts->cframe->current_frame; f && n < max; f = f->previous) {
-        if (_PyFrame_IsIncomplete(f))
-            continue;
-        PyCodeObject *co = f->f_code;
-        int lasti = _PyInterpreterFrame_LASTI(f);
+    for (const char *f = code_frame(l, AT(ts, l->cur, const char *)); f && n < max;
+         f = code_frame(l, AT(f, l->f_back, const char *))) {
+        code_obj *co = AT(f, l->f_code, code_obj *);
+        int lasti = frame_lasti(l, f, (const char *)co);
         unsigned slot = (unsigned)(((uintptr_t)co >> 4) ^ (unsigned)lasti * 2654435761u) % LSETS;
         int line;
         uint32_t id;
@@ -337,7 +384,7 @@ static int python_frames(cs_stack_cache *c, uint64_t *out, int max, int gil, int
             id = gil ? code_intern(co) : code_lookup(co);
             if (!id)
                 break;
-            line = cs_py.Code_Addr2Line(co, lasti * (int)sizeof(_Py_CODEUNIT));
+            line = cs_py.Code_Addr2Line(co, lasti * 2);
             c->lines[slot].code = co;
             c->lines[slot].lasti = lasti;
             c->lines[slot].line = line;
@@ -345,7 +392,7 @@ static int python_frames(cs_stack_cache *c, uint64_t *out, int max, int gil, int
         }
         if (code_at(id)->importlib)
             *importing = 1;
-        out[n++] = CS_FRAME_PY_VALUE(id, line < 0 ? 0 : line, f->is_entry);
+        out[n++] = CS_FRAME_PY_VALUE(id, line < 0 ? 0 : line, is_entry(l, f));
     }
     return n;
 }

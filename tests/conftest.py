@@ -200,12 +200,12 @@ def script_path(script, tmp: Path, stem: str) -> Path:
 
 
 def run_capsan(script, tmp: Path, *, options=None, interpreter=STATIC_PY, mode: str = "run",
-               args=(), env=None, timeout: int = TIMEOUT, stdin=None) -> Result:
+               args=(), env=None, timeout: int = TIMEOUT, stdin=None, lib=None) -> Result:
     """Run a Python script (a Path, or source code as a str) under capsan.
 
     mode="run":     build/bin/capsan run --log-path TMP/t -- INTERP SCRIPT ARGS
                     (options go through CAPSAN_OPTIONS)
-    mode="preload": LD_PRELOAD=build/lib/libcapsan.so CAPSAN_OPTIONS=log_path=TMP/t:OPTIONS
+    mode="preload": LD_PRELOAD=build/lib/libcapsan.so (or lib) CAPSAN_OPTIONS=log_path=TMP/t:OPTIONS
     Then every trace TMP/t.PID is replayed by `capsan report --format json`.
     """
     require_runtime()
@@ -224,7 +224,7 @@ def run_capsan(script, tmp: Path, *, options=None, interpreter=STATIC_PY, mode: 
             e["CAPSAN_OPTIONS"] = ":".join(opts)
     elif mode == "preload":
         cmd = argv
-        e["LD_PRELOAD"] = str(LIBCAPSAN)
+        e["LD_PRELOAD"] = str(lib or LIBCAPSAN)
         e["CAPSAN_OPTIONS"] = ":".join([f"log_path={prefix}", *opts])
     else:
         raise ValueError(mode)

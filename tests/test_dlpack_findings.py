@@ -39,10 +39,10 @@ def error_exit(res):
 # ---------------------------------------------------------------- double delete
 
 @pytest.mark.parametrize("variant", ["legacy", "versioned"])
-def test_double_delete(tmp_path, interp, variant):
+def test_double_delete(tmp_path, anypy, variant):
     script = S / "dl_double_delete.py"
     sfx = "-v" if variant == "versioned" else ""
-    res = run_capsan(script, tmp_path, options=["protect=1"], interpreter=interp, args=[variant])
+    res = run_capsan(script, tmp_path, options=["protect=1"], interpreter=anypy, args=[variant])
     error_exit(res)
     # protect=1 skipped the second deleter call: the program carried on, released once
     assert "survived 28.0 1" in res.stdout, res.describe()
@@ -81,10 +81,10 @@ def test_double_delete_without_protect_really_crashes(tmp_path):
 
 # ---------------------------------------------------------------- unchecked destructor
 
-def test_unchecked_destructor(tmp_path, interp):
+def test_unchecked_destructor(tmp_path, anypy):
     """The consumer keeps the tensor; the producer's destructor releases it anyway."""
     script = S / "dl_unchecked.py"
-    res = run_capsan(script, tmp_path, interpreter=interp, args=["consume_leak"])
+    res = run_capsan(script, tmp_path, interpreter=anypy, args=["consume_leak"])
     error_exit(res)
     assert "survived 1" in res.stdout, res.describe()
     assert_finding_at(res, "dlpack-unchecked-destructor", script, "destroy", event="delete")
@@ -116,9 +116,9 @@ def test_unchecked_destructor_unprotected_crashes(tmp_path):
 
 # ---------------------------------------------------------------- not renamed
 
-def test_not_renamed(tmp_path, interp):
+def test_not_renamed(tmp_path, anypy):
     script = S / "dl_not_renamed.py"
-    res = run_capsan(script, tmp_path, options=["protect=1"], interpreter=interp)
+    res = run_capsan(script, tmp_path, options=["protect=1"], interpreter=anypy)
     error_exit(res)
     # the destructor's second release was skipped: one deleter call in all
     assert "survived 1" in res.stdout, res.describe()
@@ -141,9 +141,9 @@ def test_not_renamed_without_protect_really_crashes(tmp_path):
 
 # ---------------------------------------------------------------- reconsume
 
-def test_reconsume(tmp_path, interp):
+def test_reconsume(tmp_path, anypy):
     script = S / "dl_reconsume.py"
-    res = run_capsan(script, tmp_path, interpreter=interp)
+    res = run_capsan(script, tmp_path, interpreter=anypy)
     error_exit(res)
     assert "sums 28.0 28.0 deleted 1" in res.stdout, res.describe()
     assert_finding_at(res, "dlpack-reconsume", script, "reconsume")
@@ -171,9 +171,9 @@ def test_reconsume_after_rename_back(tmp_path):
 
 # ---------------------------------------------------------------- leak
 
-def test_leak_consumed_never_deleted(tmp_path, interp):
+def test_leak_consumed_never_deleted(tmp_path, anypy):
     script = S / "dl_leak.py"
-    res = run_capsan(script, tmp_path, interpreter=interp, args=["consumed"])
+    res = run_capsan(script, tmp_path, interpreter=anypy, args=["consumed"])
     error_exit(res)
     assert "deleted 0" in res.stdout
     f = assert_finding_at(res, "dlpack-leak", script, "consume", event="consume")
@@ -186,9 +186,9 @@ def test_leak_consumed_never_deleted(tmp_path, interp):
     assert_lsan_stderr(res.stderr, "dlpack-leak")
 
 
-def test_leak_capsule_without_destructor(tmp_path, interp):
+def test_leak_capsule_without_destructor(tmp_path, anypy):
     script = S / "dl_leak.py"
-    res = run_capsan(script, tmp_path, interpreter=interp, args=["no_destructor"])
+    res = run_capsan(script, tmp_path, interpreter=anypy, args=["no_destructor"])
     error_exit(res)
     f = assert_finding_at(res, "dlpack-leak", script, "export-nodtor", event="export")
     assert_finding_at(res, "dlpack-leak", script, "destroy-nodtor", event="destroy")
@@ -199,11 +199,11 @@ def test_leak_capsule_without_destructor(tmp_path, interp):
 
 # ---------------------------------------------------------------- NULL deleter
 
-def test_null_deleter_warning(tmp_path, interp):
+def test_null_deleter_warning(tmp_path, anypy):
     """A warning only: a careful consumer checks the deleter; the exit status stays 0.
     A NULL-deleter tensor cannot be released by anyone, so it is no leak either."""
     script = S / "dl_null_deleter.py"
-    res = run_capsan(script, tmp_path, interpreter=interp, args=["checked"])
+    res = run_capsan(script, tmp_path, interpreter=anypy, args=["checked"])
     assert severity_of("dlpack-null-deleter") == "warning"
     assert res.returncode == 0, "a warning must not change the exit status\n" + res.describe()
     assert "survived" in res.stdout
@@ -214,12 +214,12 @@ def test_null_deleter_warning(tmp_path, interp):
     assert_lsan_stderr(res.stderr, "dlpack-null-deleter", severity="warning")
 
 
-def test_null_deleter_call_segfaults(tmp_path, interp):
+def test_null_deleter_call_segfaults(tmp_path, anypy):
     """The consumer calls a NULL deleter: a real SIGSEGV; the trace still says why."""
     script = S / "dl_null_deleter.py"
-    native = run_plain(script, interpreter=interp, args=["crash"])
+    native = run_plain(script, interpreter=anypy, args=["crash"])
     assert is_signal(native.returncode, signal.SIGSEGV), (native.returncode, native.stderr)
-    res = run_capsan(script, tmp_path, interpreter=interp, args=["crash"])
+    res = run_capsan(script, tmp_path, interpreter=anypy, args=["crash"])
     assert is_signal(res.returncode, signal.SIGSEGV), res.describe()
     assert "calling" in res.stdout and "not reached" not in res.stdout
     assert_finding_at(res, "dlpack-null-deleter", script, "export", event="export")

@@ -1,0 +1,64 @@
+/* Prints the row of preload/pyversions.inc for the CPython whose headers
+ * this is compiled against (-I its include dir, Py_BUILD_CORE internals).
+ * tests/test_pyversions.py compiles it for every CPython the machine has
+ * and compares the row with the table the runtime was built with. */
+#define Py_BUILD_CORE 1
+#include <Python.h>
+#include <frameobject.h>
+#include <internal/pycore_runtime.h>
+#if PY_VERSION_HEX >= 0x030B0000
+#include <internal/pycore_frame.h>
+#endif
+#include <stddef.h>
+#include <stdio.h>
+
+#define OFF(t, f) ((int)offsetof(t, f))
+
+int main(void)
+{
+#if PY_VERSION_HEX >= 0x030D0000
+    /* 3.13: PyThreadState.current_frame, frames point at the instruction
+     * executing now (instr_ptr), f_executable may be other than code */
+    const char *model = "CS_PYF_INSTR_PTR";
+    int ts_cframe = -1, cur = OFF(PyThreadState, current_frame);
+    int f_code = OFF(_PyInterpreterFrame, f_executable), f_back = OFF(_PyInterpreterFrame, previous),
+        f_instr = OFF(_PyInterpreterFrame, instr_ptr), f_owner = OFF(_PyInterpreterFrame, owner),
+        f_entry = -1, cstack = FRAME_OWNED_BY_CSTACK, gen = FRAME_OWNED_BY_GENERATOR;
+#elif PY_VERSION_HEX >= 0x030B0000
+    /* 3.11, 3.12: PyThreadState.cframe->current_frame, prev_instr */
+    const char *model = "CS_PYF_PREV_INSTR";
+    int ts_cframe = OFF(PyThreadState, cframe), cur = OFF(_PyCFrame, current_frame);
+    int f_code = OFF(_PyInterpreterFrame, f_code), f_back = OFF(_PyInterpreterFrame, previous),
+        f_instr = OFF(_PyInterpreterFrame, prev_instr), f_owner = OFF(_PyInterpreterFrame, owner),
+        gen = FRAME_OWNED_BY_GENERATOR;
+#if PY_VERSION_HEX >= 0x030C0000
+    int f_entry = -1, cstack = FRAME_OWNED_BY_CSTACK;
+#else
+    int f_entry = OFF(_PyInterpreterFrame, is_entry), cstack = -1;
+#endif
+#else
+    /* 3.10: PyThreadState.frame, a chain of PyFrameObjects, f_lasti an
+     * instruction index */
+    const char *model = "CS_PYF_OBJECT";
+    int ts_cframe = -1, cur = OFF(PyThreadState, frame);
+    int f_code = OFF(PyFrameObject, f_code), f_back = OFF(PyFrameObject, f_back),
+        f_instr = OFF(PyFrameObject, f_lasti), f_owner = -1, f_entry = -1, cstack = -1, gen = -1;
+#endif
+#if PY_VERSION_HEX >= 0x030B0000
+    int co_name = OFF(PyCodeObject, co_qualname), co_code = OFF(PyCodeObject, co_code_adaptive),
+        co_first = OFF(PyCodeObject, _co_firsttraceable);
+#else
+    int co_name = OFF(PyCodeObject, co_name), co_code = -1, co_first = -1;
+#endif
+#if PY_VERSION_HEX < 0x030C0000
+    int rt_ts = OFF(_PyRuntimeState, gilstate.tstate_current);
+#else
+    int rt_ts = -1; /* a C thread-local since 3.12 */
+#endif
+    printf("PYV(%d, %s, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d)\n",
+           PY_MINOR_VERSION, model, ts_cframe, cur, f_code, f_back, f_instr, f_owner, f_entry,
+           gen, cstack, OFF(PyCodeObject, co_filename), co_name,
+           OFF(PyCodeObject, co_firstlineno), co_code, co_first, rt_ts,
+           OFF(_PyRuntimeState, initialized), OFF(PyThreadState, thread_id));
+    return 0;
+}
