@@ -3,7 +3,10 @@
 #   make demo       install what is missing, build, run a buggy example under capsan
 #   make test       install what is missing, build, run the whole test suite
 #   make bench      overhead benchmarks (ratios against a plain run)
+#   make fuzz FUZZ_SECONDS=N   fuzz `capsan report` (libFuzzer, ASan+UBSan)
+#   make asan       the runtime under ASan over the DLPack and NumPy scenarios
 #   make install PREFIX=/usr/local
+#   make test-install  pip install . into a fresh venv of each CPython 3.10-3.13, and make install
 
 PREFIX   ?= /usr/local
 PYTHON   ?= /usr/bin/python3
@@ -35,6 +38,7 @@ PY_SRC   := $(wildcard pyhook/capsan/*.py)
 PY_OUT   := $(patsubst pyhook/capsan/%,$(B)/python/capsan/%,$(PY_SRC))
 
 .PHONY: all deps demo test test-c test-py bench install clean check-numpy venvs fixtures-current fixture-sos
+.PHONY: test-install
 all: $(B)/lib/libcapsan.so $(B)/bin/capsan python
 
 $(B)/obj/rt/%.o: %.c $(wildcard preload/*.h preload/*.inc reports/*.h)
@@ -55,7 +59,7 @@ $(B)/bin/capsan: $(CLI_OBJ)
 	$(CC) -o $@ $(CLI_OBJ) $(CLI_LIBS)
 
 # the package, and the dist-info that lets pytest autoload its plugin
-# (`pytest --capsan` with build/python, or PREFIX/lib/capsan/python, on sys.path)
+# (`pytest --capsan` with build/python on sys.path; make install puts both in a site dir)
 PY_DIST  := $(B)/python/capsan-0.1.dist-info
 python: $(PY_OUT) $(PY_DIST)/METADATA $(PY_DIST)/entry_points.txt
 $(B)/python/capsan/%: pyhook/capsan/%
@@ -105,8 +109,9 @@ demo: deps
 	@bash examples/demo.sh
 
 test: deps
-	@$(MAKE) --no-print-directory all fixtures fixtures-current
+	@$(MAKE) --no-print-directory all fixtures fixtures-current sanitizers fuzz-build
 	@$(MAKE) --no-print-directory test-c
+	@$(MAKE) --no-print-directory test-san fuzz-regress
 	@$(MAKE) --no-print-directory test-py
 
 test-c: $(UNIT_BIN)
@@ -115,21 +120,130 @@ test-c: $(UNIT_BIN)
 test-py:
 	@cd tests && $(PYTHON) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 
-# numpy's own test_mem_policy.py and test_dlpack.py under capsan, including
-# the slow test_new_policy (the whole numpy core suite through a NEP 49
-# handler, > 5 min) that `make test` leaves out
-check-numpy: all fixtures
+# numpy's own test_mem_policy.py and test_dlpack.py under capsan (numpy 1.24
+# and the cp311 venv's numpy 2), including the slow test_new_policy (the
+# whole numpy core suite through a NEP 49 handler, > 5 min) that `make test`
+# leaves out
+check-numpy: all fixtures fixtures-current
 	@cd tests && CAPSAN_CHECK_NUMPY=1 $(PYTHON) -m pytest -q -p no:cacheprovider test_numpy_suites.py $(PYTEST_ARGS)
 
-bench: all fixtures
+# `pip install .` into a fresh venv of every CPython 3.10-3.13 that .ci/venvs
+# finds (make test does cp311 only), and make install
+test-install: all venvs
+	@cd tests && CAPSAN_INSTALL_PYTHONS=all $(PYTHON) -m pytest -q -p no:cacheprovider test_install.py $(PYTEST_ARGS)
+
+bench: all fixtures venvs
 	@$(PYTHON) bench/run.py
 
+# PREFIX/bin/capsan, PREFIX/lib/libcapsan.so, and the package with its
+# dist-info (pytest11 entry point, RECORD) in $(PYTHON)'s site directory for
+# PREFIX (pyhook/install_tree.py --print-site says which)
 install: all
-	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/lib/capsan/python/capsan
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib
 	install -m 755 $(B)/bin/capsan $(DESTDIR)$(PREFIX)/bin/capsan
 	install -m 755 $(B)/lib/libcapsan.so $(DESTDIR)$(PREFIX)/lib/libcapsan.so
-	cp -r $(B)/python/capsan/. $(DESTDIR)$(PREFIX)/lib/capsan/python/capsan/
-	cp -r $(PY_DIST) $(DESTDIR)$(PREFIX)/lib/capsan/python/
+	$(PYTHON) pyhook/install_tree.py --prefix '$(PREFIX)' --destdir '$(DESTDIR)' --build $(B)
+
+# ---- hardening (README "Hardening") -----------------------------------------
+# build/fuzz: `capsan report` as a libFuzzer target (tests/fuzz/fuzz_report.c)
+# under ASan+UBSan, built with Debian's clang; build/asan: the CLI, the unit
+# tests and the runtime under ASan+UBSan (gcc); build/ubsan: the runtime
+# under UBSan, with a copy of the ASan CLI beside it so that its `capsan run`
+# preloads that runtime. -fno-sanitize-recover=all: any report fails the run.
+FUZZ_CC      ?= clang-14
+FUZZ_SECONDS ?= 60
+FUZZ_JOBS    ?= 1
+SAN_CC       ?= gcc
+FZ           := $(B)/fuzz
+SAN_FLAGS    := -fsanitize=address,undefined -fno-sanitize-recover=all
+SAN_CFLAGS   := -O1 -g -std=c11 -D_GNU_SOURCE $(WARN) -fno-omit-frame-pointer -Ipreload -Ireports
+HDRS         := $(wildcard preload/*.h preload/*.inc reports/*.h)
+FUZZ_OBJ     := $(patsubst %.c,$(FZ)/obj/%.o,tests/fuzz/fuzz_report.c $(CLI_SRC) preload/lifecycle.c \
+                  preload/options.c $(RT_SHARED))
+ASAN_CLI_OBJ := $(patsubst $(B)/obj/%,$(B)/asan/obj/%,$(CLI_OBJ))
+ASAN_RT_OBJ  := $(patsubst $(B)/obj/%,$(B)/asan/obj/%,$(RT_OBJ))
+UBSAN_RT_OBJ := $(patsubst $(B)/obj/%,$(B)/ubsan/obj/%,$(RT_OBJ))
+ASAN_UNIT    := $(patsubst tests/unit/%.c,$(B)/asan/tests/unit/%,$(UNIT_SRC))
+FUZZ_RUN     := -timeout=30 -rss_limit_mb=2048 -max_len=65536 -close_fd_mask=3 \
+                -dict=$(CURDIR)/tests/fuzz/trace.dict
+.PHONY: fuzz fuzz-build fuzz-regress sanitizers test-san asan
+
+# cli.c's main() would clash with libFuzzer's: it is renamed there. The
+# reader's limits are small, so that 64 KiB inputs reach downsampling (past
+# 2000 COUNTS points) and spilling (past 4096 findings).
+$(FZ)/obj/%.o: %.c $(HDRS)
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(SAN_CFLAGS) -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=all \
+	  -DCS_COUNTS_MAX=16 -DFMEM_MAX=8 $(if $(filter reports/cli.c,$<),-Dmain=cs_cli_main) -c $< -o $@
+$(FZ)/fuzz_report: $(FUZZ_OBJ)
+	$(FUZZ_CC) -fsanitize=fuzzer,address,undefined -Wl,--wrap=cs_sym_cleanup -o $@ $(FUZZ_OBJ) $(CLI_LIBS)
+fuzz-build: $(FZ)/fuzz_report
+
+# real traces of every finding kind (and truncated ones), made anew when the
+# runtime or the scenarios change; never committed
+$(FZ)/seeds/.done: tests/fuzz/seeds.py $(B)/bin/capsan $(B)/lib/libcapsan.so $(FIX_SO) $(wildcard tests/scenarios/*.py)
+	@rm -rf $(FZ)/seeds
+	$(PYTHON) tests/fuzz/seeds.py $(FZ)/seeds
+	@touch $@
+
+# make fuzz FUZZ_SECONDS=N [FUZZ_JOBS=2]: new inputs go to build/fuzz/corpus,
+# crashes to build/fuzz/artifacts (minimize each with -minimize_crash=1 into
+# tests/fuzz/regressions); with FUZZ_JOBS=N, N processes each fuzz for
+# FUZZ_SECONDS (logs in build/fuzz/fuzz-*.log). Inputs are cut at 64 KiB:
+# the NumPy seeds are ~190 KiB, and the whole-size ones ran 20 times slower.
+fuzz: all fixtures $(FZ)/fuzz_report $(FZ)/seeds/.done
+	@mkdir -p $(FZ)/corpus $(FZ)/artifacts
+	cd $(FZ) && nice -n 19 ./fuzz_report $(FUZZ_RUN) -max_total_time=$(FUZZ_SECONDS) \
+	  $(if $(filter-out 1,$(FUZZ_JOBS)),-jobs=$(FUZZ_JOBS) -workers=$(FUZZ_JOBS)) \
+	  -artifact_prefix=artifacts/ corpus seeds $(CURDIR)/tests/fuzz/regressions
+
+# every input that once found a bug, run once each (make test)
+fuzz-regress: $(FZ)/fuzz_report
+	@$(FZ)/fuzz_report $(FUZZ_RUN) tests/fuzz/regressions/* > $(FZ)/regress.log 2>&1 \
+	  || { cat $(FZ)/regress.log; exit 1; }
+	@echo "fuzz regressions: $$(ls tests/fuzz/regressions | wc -l) input(s) replayed clean"
+
+$(B)/asan/obj/cli/%.o: %.c $(HDRS)
+	@mkdir -p $(dir $@)
+	$(SAN_CC) $(SAN_CFLAGS) $(SAN_FLAGS) -c $< -o $@
+$(B)/asan/bin/capsan: $(ASAN_CLI_OBJ)
+	@mkdir -p $(dir $@)
+	$(SAN_CC) $(SAN_FLAGS) -o $@ $(ASAN_CLI_OBJ) $(CLI_LIBS)
+$(B)/asan/tests/unit/%: tests/unit/%.c tests/unit/check.h preload/names.h preload/probe.c preload/probe.h \
+    $(B)/asan/obj/cli/preload/lifecycle.o $(B)/asan/obj/cli/reports/render.o
+	@mkdir -p $(dir $@)
+	$(SAN_CC) $(SAN_CFLAGS) $(SAN_FLAGS) -o $@ $< preload/probe.c \
+	  $(B)/asan/obj/cli/preload/lifecycle.o $(B)/asan/obj/cli/reports/render.o
+$(B)/asan/obj/rt/%.o: %.c $(HDRS)
+	@mkdir -p $(dir $@)
+	$(SAN_CC) $(SAN_CFLAGS) $(SAN_FLAGS) -fPIC -fvisibility=hidden -c $< -o $@
+$(B)/asan/lib/libcapsan.so: $(ASAN_RT_OBJ) preload/exports.map
+	@mkdir -p $(dir $@)
+	$(SAN_CC) $(SAN_FLAGS) -shared -o $@ $(ASAN_RT_OBJ) -Wl,--version-script=preload/exports.map \
+	  -Wl,-z,now -Wl,--no-undefined -ldl -lpthread
+$(B)/ubsan/obj/rt/%.o: %.c $(HDRS)
+	@mkdir -p $(dir $@)
+	$(SAN_CC) $(SAN_CFLAGS) -fsanitize=undefined -fno-sanitize-recover=all -fPIC -fvisibility=hidden -c $< -o $@
+$(B)/ubsan/lib/libcapsan.so: $(UBSAN_RT_OBJ) preload/exports.map
+	@mkdir -p $(dir $@)
+	$(SAN_CC) -fsanitize=undefined -shared -o $@ $(UBSAN_RT_OBJ) -Wl,--version-script=preload/exports.map \
+	  -Wl,-z,now -Wl,--no-undefined -ldl -lpthread
+$(B)/ubsan/bin/capsan: $(B)/asan/bin/capsan
+	@mkdir -p $(dir $@)
+	cp $< $@
+
+sanitizers: $(B)/asan/bin/capsan $(ASAN_UNIT) $(B)/ubsan/lib/libcapsan.so $(B)/ubsan/bin/capsan \
+    $(B)/asan/lib/libcapsan.so
+
+# make test's share: the unit tests under ASan+UBSan (test_sanitizers.py
+# runs the rest: the runtime under UBSan, the CLI over its traces)
+test-san: sanitizers
+	@for t in $(ASAN_UNIT); do $$t > /dev/null || { echo "$$t failed under ASan+UBSan"; exit 1; }; done
+	@echo "unit tests under ASan+UBSan: $(words $(ASAN_UNIT)) passed"
+
+# the runtime under ASan (libasan preloaded first) over the DLPack and NumPy scenarios
+asan: all fixtures sanitizers
+	@cd tests && CAPSAN_SAN_ASAN=1 $(PYTHON) -m pytest -q -p no:cacheprovider test_sanitizers.py -k test_asan_runtime $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(B)

@@ -9,7 +9,10 @@ BENCH_ONLY=report runs only that; BENCH_REPORT_EVENTS sets the size.
 
 allocator_cost(): ns per np.empty(64) under numpy's default handler, a ctypes
 handler and a Python-callable one made with capsan.allocator().
-BENCH_ONLY=allocator runs only that; BENCH_ALLOCS sets the count."""
+BENCH_ONLY=allocator runs only that; BENCH_ALLOCS sets the count.
+
+roundtrips(): W2 on Debian's stack and on the cp311 venv's (numpy 2,
+torch 2.13); BENCH_ONLY=w2 runs only that."""
 import os
 import resource
 import statistics
@@ -24,14 +27,19 @@ LIB = os.path.join(ROOT, "build", "lib", "libcapsan.so")
 REPEAT = int(os.environ.get("BENCH_REPEAT", "5"))
 
 
-def timed(argv, env, inner):
+def timed(argv, env, inner, notes=None):
     """(wall, cpu) seconds: of the whole process, or (inner) of the loop the
-    workload timed itself and printed as "wall cpu" on its last line."""
+    workload timed itself and printed as "wall cpu" on its last line.
+    capsan's SUMMARY line, when a run had findings, goes to notes (a set)."""
     r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
-    out = subprocess.run(argv, env=env, check=True, stdout=subprocess.PIPE, text=True).stdout
+    cp = subprocess.run(argv, env=env, check=True, stdout=subprocess.PIPE,
+                        stderr=subprocess.PIPE if notes is not None else None, text=True)
+    out = cp.stdout
     wall = time.perf_counter() - t0
     r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if notes is not None:
+        notes.update(ln for ln in cp.stderr.splitlines() if ln.startswith("SUMMARY: capsan:"))
     if inner:
         w, c = out.strip().splitlines()[-1].split()
         return float(w), float(c)
@@ -50,13 +58,15 @@ def ratios(times, name, base):
 def measure(label, argv, configs, inner=False):
     tmp = tempfile.mkdtemp(prefix="capsan-bench-")
     times = {name: [] for name, _ in configs}
+    notes = {name: set() for name, _ in configs}
     for _ in range(REPEAT):
         for name, opts in configs:
             env = dict(os.environ)
             if opts is not None:
                 env["LD_PRELOAD"] = LIB
-                env["CAPSAN_OPTIONS"] = f"log_path={tmp}/t:" + opts
-            times[name].append(timed(argv, env, inner))
+                # a finding is named below, but does not stop the measurement
+                env["CAPSAN_OPTIONS"] = f"log_path={tmp}/t:exitcode=0:" + opts
+            times[name].append(timed(argv, env, inner, notes[name]))
     w, c, _, _ = ratios(times, "plain", "plain")
     what = "loop" if inner else "process"
     print(f"{label}: plain {what} {w:.3f}s wall, {c:.3f}s CPU (medians of {REPEAT})")
@@ -65,6 +75,8 @@ def measure(label, argv, configs, inner=False):
         w, c, rw, rc = ratios(times, name, "plain")
         ratio[name] = rw
         print(f"  {name:32s} {w:.3f}s wall  ratio {rw:.2f}x | {c:.3f}s CPU  ratio {rc:.2f}x")
+        for note in sorted(notes[name]):
+            print(f"    (findings in this configuration: {note})")
     subprocess.run(["rm", "-rf", tmp])
     return ratio
 
@@ -227,7 +239,63 @@ def numpy_alloc():
           f"{tm1 / 2:.2f}x, aiming at 1.50x: {cs:.2f}x, {verdict}")
 
 
+def venv_python(tag):
+    """The current-stack venv's python that `make venvs` listed, or None."""
+    try:
+        with open(os.path.join(ROOT, "build", "venvs.txt")) as f:
+            for line in f:
+                parts = line.split(None, 1)
+                if len(parts) == 2 and parts[0] == tag:
+                    return parts[1].strip()
+    except OSError:
+        pass
+    return None
+
+
+def stack_versions(py):
+    out = subprocess.run([py, "-c", "import numpy, torch; print(numpy.__version__, "
+                          "torch.__version__)"], stdout=subprocess.PIPE, text=True)
+    return out.stdout.split() if out.returncode == 0 else ["?", "?"]
+
+
+W2_TARGETS = (("capsan, native+python stacks", 1.5), ("capsan, stacks off", 1.15))
+
+
+def roundtrips():
+    """W2 (bench/roundtrip.py) on each stack: Debian's python3 (numpy 1.24
+    and torch 1.13, unversioned DLPack) and the cp311 venv (numpy 2 and
+    torch 2.13, which negotiate versioned capsules), each against its own
+    plain run; then both stacks' ratios side by side.
+    BENCH_ONLY=w2 runs only this."""
+    n = os.environ.get("BENCH_EXCHANGES", "200000")
+    stacks = [("Debian", PY)]
+    cur = venv_python("cp311")
+    if cur:
+        stacks.append(("cp311", cur))
+    else:
+        print("W2 on torch 2: skipped, no cp311 venv (make venvs)")
+    results = {}
+    for name, py in stacks:
+        np_v, torch_v = stack_versions(py)
+        w2 = measure(f"W2 numpy<->torch DLPack round trips ({n} exchanges), {name}: "
+                     f"numpy {np_v}, torch {torch_v}",
+                     [py, os.path.join(ROOT, "bench", "roundtrip.py"), n],
+                     [("plain", None),
+                      ("capsan, native+python stacks", ""),
+                      ("capsan, stacks off", "native_depth=0:python_depth=0")], inner=True)
+        results[f"{name} (torch {torch_v})"] = w2
+    print("W2 wall-time ratios, stack by stack:")
+    for cfg, limit in W2_TARGETS:
+        cells = "   ".join(f"{name} {r[cfg]:.2f}x" for name, r in results.items())
+        worst = max(r[cfg] for r in results.values())
+        verdict = "met" if worst <= limit else "NOT met"
+        print(f"  {cfg:30s} {cells}   target (issue 2) <= {limit:.2f}x: {verdict}")
+
+
 def main():
+    if os.environ.get("BENCH_ONLY") == "w2":
+        roundtrips()
+        return
     if os.environ.get("BENCH_ONLY") == "report":
         report_throughput()
         return
@@ -237,15 +305,7 @@ def main():
     if os.environ.get("BENCH_ONLY") == "allocator":
         allocator_cost()
         return
-    n = os.environ.get("BENCH_EXCHANGES", "200000")
-    w2 = measure(f"W2 numpy<->torch DLPack round trips ({n} exchanges)",
-                 [PY, os.path.join(ROOT, "bench", "roundtrip.py"), n],
-                 [("plain", None),
-                  ("capsan, native+python stacks", ""),
-                  ("capsan, stacks off", "native_depth=0:python_depth=0")], inner=True)
-    for name, limit in (("capsan, native+python stacks", 1.5), ("capsan, stacks off", 1.15)):
-        verdict = "met" if w2[name] <= limit else "NOT met"
-        print(f"  target (issue 2): {name} <= {limit:.2f}x wall: {w2[name]:.2f}x, {verdict}")
+    roundtrips()
     numpy_alloc()
     measure("start-up: import numpy, torch",
             [PY, "-c", "import numpy, torch"],

@@ -6,10 +6,13 @@
 #include "capsule.h"
 
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "capsan.h"
 #include "dltensor.h"
@@ -147,6 +150,17 @@ static int in_dtor_of(const void *cap)
     return t && t->dtor_capsule == cap;
 }
 
+/* The capsule whose running destructor took its pointer under the
+ * unconsumed name (hook_GetPointer): a destructor that then releases the
+ * tensor without going through the deleter field (JAX's calls its deleter
+ * function directly) did release it. */
+static __thread const void *dtor_took __attribute__((tls_model("initial-exec")));
+
+/* a tracked tensor was released while its capsule still had an unconsumed
+ * name, or a capsule was given one again: hook_GetPointer must look
+ * unconsumed reads up from then on */
+static _Atomic int unconsumed_released;
+
 /* R20: fp, the metadata's fingerprint now, is not the one its export
  * took. Reported with the stack of the event that saw it. */
 static void check_loan(const cs_event *ev, const cs_event *export, uint32_t fp)
@@ -177,6 +191,8 @@ static void deleter_tramp(void *mt)
     cs_event origin;
     int found = 0;
     unsigned verdict = cs_emit(&ev, 1, &origin, &found);
+    if (verdict & CS_VERDICT_UNRENAMED)
+        atomic_store_explicit(&unconsumed_released, 1, memory_order_relaxed);
     if (!found || origin.kind != CS_EV_EXPORT || !origin.b) {
         /* a struct capsan never saw exported (a copied deleter field, or
          * one forgotten long after release): not calling anything is the
@@ -211,12 +227,16 @@ void cs_capsule_dtor_body(PyObject_ *cap, unsigned k)
     int nk = name_kind(name);
     void *mt = cap_pointer(cap, name);
     void *saved = t ? t->dtor_capsule : NULL;
+    const void *saved_took = dtor_took;
+    dtor_took = NULL;
     if (t)
         t->dtor_capsule = cap;
     if (orig)
         orig(cap);
     if (t)
         t->dtor_capsule = saved;
+    int took = t && dtor_took == cap;
+    dtor_took = saved_took;
     if (!cs_recording)
         return;
     cs_event ev = {.kind = CS_EV_DESTROY, .obj = (uint64_t)(uintptr_t)mt,
@@ -224,7 +244,7 @@ void cs_capsule_dtor_body(PyObject_ *cap, unsigned k)
                    .aux = (uint16_t)(nk == NK_DL || nk == NK_DLV     ? CS_NAME_UNCONSUMED
                                      : nk == NK_USED || nk == NK_USEDV ? CS_NAME_USED
                                                                        : CS_NAME_OTHER),
-                   .extra = orig == NULL};
+                   .extra = (orig ? 0 : CS_DESTROY_NO_DTOR) | (took ? CS_DESTROY_TOOK : 0)};
     /* the death of a consumed capsule is the normal case: the consume
      * already moved its tensor on, and no finding depends on it */
     if (ev.aux != CS_NAME_USED)
@@ -310,14 +330,83 @@ static PyObject_ *hook_New(void *ptr, const char *name, cs_capsule_dtor dtor)
     return cap;
 }
 
-/* a tracked capsule was given an unconsumed name again (hook_GetPointer) */
-static _Atomic int renamed_back;
+/* "MAJOR.MINOR" at s */
+static int parse_version(const char *s, unsigned *major, unsigned *minor)
+{
+    char *end;
+    unsigned long a = strtoul(s, &end, 10);
+    if (end == s || *end != '.')
+        return 0;
+    const char *m = end + 1;
+    unsigned long b = strtoul(m, &end, 10);
+    if (end == m)
+        return 0;
+    *major = (unsigned)a;
+    *minor = (unsigned)b;
+    return 1;
+}
+
+/* The version of the torch a libtorch* module belongs to: from its file
+ * name (Debian's libtorch_python.so.1.13.0), else from torch/version.py
+ * beside its lib/ directory (the wheels: torch/lib/libtorch_python.so). */
+static int torch_version(const char *path, unsigned *major, unsigned *minor)
+{
+    const char *so = strstr(path, ".so.");
+    if (so && parse_version(so + 4, major, minor))
+        return 1;
+    const char *slash = strrchr(path, '/');
+    char file[4096];
+    if (!slash || (size_t)(slash - path) + sizeof "/../version.py" > sizeof file)
+        return 0;
+    memcpy(file, path, (size_t)(slash - path));
+    memcpy(file + (slash - path), "/../version.py", sizeof "/../version.py");
+    int fd = open(file, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    char text[2048];
+    ssize_t n = read(fd, text, sizeof text - 1);
+    close(fd);
+    if (n <= 0)
+        return 0;
+    text[n] = 0;
+    /* the assignment, not a mention (__all__ names it first) */
+    for (const char *v = text; (v = strstr(v, "__version__")); v++) {
+        const char *q = v + sizeof "__version__" - 1;
+        while (*q == ' ')
+            q++;
+        if (*q++ != '=')
+            continue;
+        while (*q == ' ')
+            q++;
+        if ((*q == '\'' || *q == '"') && parse_version(q + 1, major, minor))
+            return 1;
+    }
+    return 0;
+}
+
+/* torch read from data and ignored byte_offset on import (R17; pytorch
+ * issue 168177): 1.13 does [V]; 2.13 honors it [V] (the fix, PR 170432,
+ * landed in 2026). A torch whose version cannot be told, or one between
+ * the two, is taken to ignore it, as the rulebook says. Asked only for a
+ * consume with byte_offset != 0; the answer is kept for the module. */
+#define TORCH_OFFSET_FIXED_MAJOR 2
+#define TORCH_OFFSET_FIXED_MINOR 13
 
 static int consumer_ignores_offset(const void *ret)
 {
+    static _Atomic uintptr_t known; /* module base | 1 if it ignores it */
     Dl_info di;
-    /* torch (through 2.x at least) reads data without byte_offset: R17 */
-    return ret && dladdr(ret, &di) && di.dli_fname && strstr(di.dli_fname, "libtorch");
+    if (!ret || !dladdr(ret, &di) || !di.dli_fname || !strstr(di.dli_fname, "libtorch"))
+        return 0;
+    uintptr_t base = (uintptr_t)di.dli_fbase, k = atomic_load(&known);
+    if (k && (k & ~(uintptr_t)1) == base)
+        return (int)(k & 1);
+    unsigned major, minor;
+    int ignores = !torch_version(di.dli_fname, &major, &minor) ||
+                  major < TORCH_OFFSET_FIXED_MAJOR ||
+                  (major == TORCH_OFFSET_FIXED_MAJOR && minor < TORCH_OFFSET_FIXED_MINOR);
+    atomic_store(&known, base | (uintptr_t)ignores);
+    return ignores;
 }
 
 static int hook_SetName(PyObject_ *cap, const char *name)
@@ -344,19 +433,23 @@ static int hook_SetName(PyObject_ *cap, const char *name)
                        .a = (uint64_t)(uintptr_t)cap, .b = (uint64_t)(uintptr_t)ret,
                        .aux = e.versioned ? CS_DLV_VERSIONED : 0, .flags = g};
         /* R20: the loaned metadata must not have changed since export */
-        uint64_t off;
-        uint32_t fp = cs_dl_consume_view(e.mt, e.versioned, &off);
+        uint64_t off, data;
+        uint32_t fp = cs_dl_consume_view(e.mt, e.versioned, &off, &data);
+        ev.c = data; /* what a consumer kept alive at shutdown holds (lifecycle.c) */
         if (off && consumer_ignores_offset(ret)) {
             ev.flags |= CS_EVF_OFFSET_IGNORED;
             ev.c = off;
         }
         cs_event origin;
         int found;
-        cs_emit(&ev, 1, &origin, &found);
-        if (found)
+        unsigned v = cs_emit(&ev, 1, &origin, &found);
+        /* a struct renamed just after its consumer released it is gone:
+         * its memory is not compared (a released one consumed again is,
+         * as evidence beside the reconsume) */
+        if (found && !(v & CS_VERDICT_LATE_RENAME))
             check_loan(&ev, &origin, fp);
     } else if (nk == NK_DL || nk == NK_DLV) {
-        atomic_store_explicit(&renamed_back, 1, memory_order_relaxed);
+        atomic_store_explicit(&unconsumed_released, 1, memory_order_relaxed);
     } else {
         cs_event b = {.kind = CS_EV_BAD_TENSOR, .obj = (uint64_t)(uintptr_t)e.mt,
                       .a = (uint64_t)(uintptr_t)cap, .aux = 7, .extra = CS_BAD_RENAME};
@@ -377,17 +470,22 @@ static void *hook_GetPointer(PyObject_ *cap, const char *name)
     }
     if (!p || !cs_recording || (nk = name_kind(name)) == NK_NONE || nk == NK_NPDL)
         return p;
-    if (in_dtor_of(cap))
-        return p; /* the producer's destructor reading its own capsule */
+    if (in_dtor_of(cap)) {
+        /* the producer's destructor reading its own capsule */
+        if (nk == NK_DL || nk == NK_DLV)
+            dtor_took = cap;
+        return p;
+    }
     cs_event ev = {.obj = (uint64_t)(uintptr_t)p, .a = (uint64_t)(uintptr_t)cap};
     if (nk == NK_USED || nk == NK_USEDV) {
         ev.kind = CS_EV_GETPTR_USED;
     } else {
         /* a consumer reading an unconsumed capsule: only a released
          * tensor makes that an event. A tensor is released while its
-         * capsule still has an unconsumed name only after a finding
-         * (dlpack-not-renamed) or a rename back: until then, no lookup */
-        if (!cs_findings_judged() && !atomic_load_explicit(&renamed_back, memory_order_relaxed))
+         * capsule still has an unconsumed name only after a delete before
+         * the rename, a rename back or a finding: until then, no lookup */
+        if (!cs_findings_judged() &&
+            !atomic_load_explicit(&unconsumed_released, memory_order_relaxed))
             return p;
         cs_lc_lock(cs_lc, ev.obj);
         int st = cs_lc_state(cs_lc, CS_NS_DLPACK, ev.obj);

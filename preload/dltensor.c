@@ -115,13 +115,14 @@ uint32_t cs_dl_fingerprint(const void *mt, int versioned)
     return readable(mt, struct_size(versioned)) ? tensor_fingerprint(tensor_of(mt, versioned)) : 0;
 }
 
-uint32_t cs_dl_consume_view(const void *mt, int versioned, uint64_t *offset)
+uint32_t cs_dl_consume_view(const void *mt, int versioned, uint64_t *offset, uint64_t *data)
 {
-    *offset = 0;
+    *offset = *data = 0;
     if (!readable(mt, struct_size(versioned)))
         return 0;
     const dl_tensor *t = tensor_of(mt, versioned);
     *offset = t->byte_offset;
+    *data = (uint64_t)(uintptr_t)t->data;
     return tensor_fingerprint(t);
 }
 

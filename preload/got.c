@@ -72,15 +72,24 @@ static int skip_object(const struct dl_phdr_info *info)
     return info->dlpi_addr == self_base && self_base != 0;
 }
 
-static const cs_hook *match(const char *s)
+/* The hook for symbol s in object `obj`: one limited to that object
+ * (only_in) wins over the name's general one. */
+static const cs_hook *match(const char *s, const char *obj)
 {
     /* every hooked name starts with one of these letters: cheap first cut */
     if (s[0] != 'P' && s[0] != 'd' && s[0] != 'e' && s[0] != '_' && s[0] != 'g' && s[0] != 'f')
         return NULL;
+    const cs_hook *any = NULL;
     for (int i = 0; i < nhooks; i++)
-        if (strcmp(s, hooks[i].name) == 0)
-            return &hooks[i];
-    return NULL;
+        if (strcmp(s, hooks[i].name) == 0) {
+            if (!hooks[i].only_in) {
+                if (!any)
+                    any = &hooks[i];
+            } else if (strstr(obj, hooks[i].only_in)) {
+                return &hooks[i];
+            }
+        }
+    return any;
 }
 
 static void write_slot(patched *p, uintptr_t addr, uintptr_t val, uintptr_t relro_lo,
@@ -129,8 +138,8 @@ static void patch_relocs(patched *p, uintptr_t base, const ElfW(Sym) *symtab, co
         size_t name = symtab[symi].st_name;
         if (name >= strsz)
             continue;
-        const cs_hook *h = match(strtab + name);
-        if (!h || (h->only_in && !strstr(p->name, h->only_in)))
+        const cs_hook *h = match(strtab + name, p->name);
+        if (!h)
             continue;
         uintptr_t addr = base + r_offset;
         if (*(uintptr_t *)addr == (uintptr_t)h->replacement)

@@ -55,6 +55,8 @@ int cs_kind_from_name(const char *name)
 #define OF_TRACED 0x80       /* has a finding: its events go to the sink */
 #define OF_REACHABLE 0x100   /* at exit, module static data still points to it */
 #define OF_MUTATED 0x200     /* an R20 change already reported: one change, one finding */
+#define OF_UNRENAMED 0x400   /* released while its capsule still had the unconsumed name:
+                              * dlpack-not-renamed unless the consumer renames it next */
 
 typedef struct obj {
     uint64_t key;      /* address; 0 = empty slot */
@@ -65,6 +67,7 @@ typedef struct obj {
     uint8_t nhist;
     uint8_t nflushed;  /* history events already given to the sink */
     uint64_t capsule;  /* the exporting capsule */
+    uint64_t data;     /* DLPack: dl_tensor.data as consumed (0 if not known) */
     uint64_t bytes;
     cs_event *hist;    /* up to CS_FINDING_MAX_EVENTS - 1 events, malloc'd */
 } obj;
@@ -391,6 +394,7 @@ static void reset(stripe *st, obj *o)
     o->nhist = 0;
     o->nflushed = 0;
     o->capsule = 0;
+    o->data = 0;
     o->bytes = 0;
 }
 
@@ -503,6 +507,18 @@ static int kept_at_shutdown(cs_lifecycle *lc, uint64_t data)
 
 /* ---- DLPack ---- */
 
+/* A consumer released the tensor and left its capsule unconsumed, and the
+ * capsule was used after that (its destructor deleting again, a read, its
+ * death): dlpack-not-renamed, once, with ev as the evidence. */
+static void not_renamed(cs_lifecycle *lc, stripe *st, obj *o, const cs_event *ev, judge *j)
+{
+    o->flags &= (uint16_t)~OF_UNRENAMED;
+    o->flags |= OF_NOT_RENAMED;
+    if (ev)
+        hist_add(st, o, ev, j);
+    report(lc, j, CS_KIND_DLPACK_NOT_RENAMED, o, NULL, 0, 0);
+}
+
 static unsigned dlpack_event(cs_lifecycle *lc, stripe *st, obj *o, const cs_event *ev, judge *j)
 {
     unsigned verdict = 0;
@@ -554,8 +570,19 @@ static unsigned dlpack_event(cs_lifecycle *lc, stripe *st, obj *o, const cs_even
     case CS_EV_CONSUME:
         if (!o)
             return 0; /* exported before capsan started */
+        if (o->state == CS_ST_RELEASED && (o->flags & OF_UNRENAMED) && ev->a == o->capsule) {
+            /* released, then renamed: the consumer took ownership and let
+             * go before it renamed (JAX does, when it copies the data). The
+             * name now keeps the producer's destructor away: no harm done */
+            o->flags &= (uint16_t)~OF_UNRENAMED;
+            o->flags |= OF_CAPSULE_USED;
+            hist_add(st, o, ev, j);
+            return CS_VERDICT_LATE_RENAME;
+        }
         if (o->state == CS_ST_CREATED) {
             o->state = CS_ST_CONSUMED;
+            if (!(ev->flags & CS_EVF_OFFSET_IGNORED))
+                o->data = ev->c;
             if (ev->a == o->capsule)
                 o->flags |= OF_CAPSULE_USED;
             hist_add(st, o, ev, j);
@@ -575,6 +602,12 @@ static unsigned dlpack_event(cs_lifecycle *lc, stripe *st, obj *o, const cs_even
             !(ev->flags & CS_EVF_IN_DTOR)) {
             if (o->state == CS_ST_RELEASED && (o->flags & OF_NOT_RENAMED))
                 return 0; /* the unrenamed capsule: already explained */
+            if (o->state == CS_ST_RELEASED && (o->flags & OF_UNRENAMED)) {
+                /* read through the capsule its consumer released but left
+                 * unconsumed: the missing rename explains it */
+                not_renamed(lc, st, o, ev, j);
+                return 0;
+            }
             report(lc, j, CS_KIND_DLPACK_RECONSUME, o, ev, o->state, 0);
             hist_add(st, o, ev, j);
         }
@@ -589,13 +622,18 @@ static unsigned dlpack_event(cs_lifecycle *lc, stripe *st, obj *o, const cs_even
         switch (o->state) {
         case CS_ST_CREATED:
             hist_add(st, o, ev, j);
-            if (!in_own_dtor && !(o->flags & OF_CAPSULE_DEAD)) {
-                /* the capsule still says "dltensor": its destructor will
-                 * run the deleter again (R8) */
-                o->flags |= OF_NOT_RENAMED;
-                report(lc, j, CS_KIND_DLPACK_NOT_RENAMED, o, NULL, 0, 0);
-            }
             entomb(st, o);
+            if (!in_own_dtor && !(o->flags & OF_CAPSULE_DEAD)) {
+                /* the capsule still says "dltensor" (R8): judged by what
+                 * comes next. A rename now is a late one (JAX renames just
+                 * after a copy released the tensor); the destructor
+                 * deleting again, a read through the capsule, or its death
+                 * with the unconsumed name is dlpack-not-renamed */
+                o = find(st, ev->obj, CS_NS_DLPACK); /* entomb may move it */
+                if (o)
+                    o->flags |= OF_UNRENAMED;
+                return CS_VERDICT_UNRENAMED;
+            }
             return 0;
         case CS_ST_CONSUMED:
             if (in_own_dtor) {
@@ -617,6 +655,12 @@ static unsigned dlpack_event(cs_lifecycle *lc, stripe *st, obj *o, const cs_even
             return 0;
         case CS_ST_RELEASED:
             verdict = CS_VERDICT_SKIP;
+            if ((o->flags & OF_UNRENAMED) && in_own_dtor) {
+                /* the double delete the missing rename leads to, reported
+                 * before it runs */
+                not_renamed(lc, st, o, ev, j);
+                return verdict;
+            }
             if ((o->flags & OF_NOT_RENAMED) && in_own_dtor) {
                 /* the double delete that dlpack-not-renamed predicted */
                 hist_add(st, o, ev, j);
@@ -662,12 +706,27 @@ static unsigned dlpack_event(cs_lifecycle *lc, stripe *st, obj *o, const cs_even
         if (!o || ev->a != o->capsule)
             return 0;
         o->flags |= OF_CAPSULE_DEAD;
+        if (o->state == CS_ST_RELEASED && (o->flags & OF_UNRENAMED)) {
+            /* died with the unconsumed name after its tensor was released:
+             * whatever its destructor did, the consumer never renamed it */
+            not_renamed(lc, st, o, ev, j);
+            return 0;
+        }
+        if (o->state == CS_ST_CREATED && (ev->extra & CS_DESTROY_TOOK)) {
+            /* the destructor took the tensor by its unconsumed name and
+             * released it without the deleter field (JAX's calls its
+             * deleter function directly): released, not leaked */
+            hist_add(st, o, ev, j);
+            entomb(st, o);
+            return 0;
+        }
         if (o->state == CS_ST_CREATED && !(o->flags & (OF_LEAK_REPORTED | OF_NULL_DELETER))) {
             /* R3: an unconsumed capsule died and nobody released the tensor */
             hist_add(st, o, ev, j);
             o->flags |= OF_LEAK_REPORTED;
             report(lc, j, CS_KIND_DLPACK_LEAK, o, NULL,
-                   ev->extra ? CS_LEAK_NULL_DESTRUCTOR : CS_LEAK_DESTROYED, 0);
+                   (ev->extra & CS_DESTROY_NO_DTOR) ? CS_LEAK_NULL_DESTRUCTOR : CS_LEAK_DESTROYED,
+                   0);
         }
         return 0;
     }
@@ -832,6 +891,9 @@ static void report_if_from(cs_lifecycle *lc, obj *o, void *ud)
     live_report *r = ud;
     if (!o->nhist || o->hist[0].c != r->origin_c)
         return;
+    if (o->ns == CS_NS_NUMPY && (o->hist[0].flags & CS_EVF_IMPORT))
+        return; /* module data made by an import inside the scope (numpy 2
+                 * imports numpy.random at first use): as at exit, not a leak */
     o->flags |= OF_LEAK_REPORTED;
     report(lc, NULL, o->ns == CS_NS_NUMPY ? CS_KIND_NUMPY_LEAK : CS_KIND_DLPACK_LEAK, o, NULL, 0,
            0);
@@ -924,9 +986,22 @@ static int leaked_at_exit(cs_lifecycle *lc, const obj *o)
         return 0; /* reachable: LeakSanitizer's "still reachable" */
     if (o->ns == CS_NS_NUMPY && kept_at_shutdown(lc, o->key))
         return 0; /* referenced by a consumer alive at shutdown */
+    if (o->ns == CS_NS_DLPACK && o->state == CS_ST_CONSUMED && o->data &&
+        kept_at_shutdown(lc, o->data))
+        return 0; /* consumed by an array numpy kept alive through shutdown on
+                   * purpose (its deleter ran after Python was gone): the same
+                   * data, referenced at shutdown, not leaked */
     if (o->ns == CS_NS_NUMPY && o->nhist && (o->hist[0].flags & CS_EVF_IMPORT))
         return 0; /* module data, made by an import: referenced at shutdown */
     return 1;
+}
+
+/* released by a consumer that never renamed its capsule, which is still
+ * alive at exit: its destructor will delete again at shutdown (R8) */
+static int unrenamed_at_exit(const obj *o)
+{
+    return o->key && o->ns == CS_NS_DLPACK && o->state == CS_ST_RELEASED &&
+           (o->flags & OF_UNRENAMED) && !(o->flags & OF_CAPSULE_DEAD);
 }
 
 typedef struct leak_ref {
@@ -957,7 +1032,7 @@ int cs_lc_finish(cs_lifecycle *lc, int how)
         lock_stripe(lc, st);
         for (size_t j = 0; j < st->cap; j++) {
             obj *o = &st->tab[j];
-            if (!leaked_at_exit(lc, o))
+            if (!leaked_at_exit(lc, o) && !unrenamed_at_exit(o))
                 continue;
             if (!room_for_one(&v, nv, &cap, sizeof *v))
                 break;
@@ -972,7 +1047,10 @@ int cs_lc_finish(cs_lifecycle *lc, int how)
         stripe *st = stripe_of(lc, v[i].key);
         lock_stripe(lc, st);
         obj *o = find(st, v[i].key, v[i].ns);
-        if (o && leaked_at_exit(lc, o)) {
+        if (o && unrenamed_at_exit(o)) {
+            not_renamed(lc, st, o, NULL, NULL);
+            n++;
+        } else if (o && leaked_at_exit(lc, o)) {
             o->flags |= OF_LEAK_REPORTED;
             if (o->ns == CS_NS_NUMPY)
                 report(lc, NULL, CS_KIND_NUMPY_LEAK, o, NULL, 0, 0);

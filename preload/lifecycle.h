@@ -79,6 +79,10 @@ void cs_lc_fork_child(cs_lifecycle *lc);
 
 /* Verdict bits returned by cs_lc_event */
 #define CS_VERDICT_SKIP 1u  /* a repeated delete: protect=1 may skip the call */
+#define CS_VERDICT_UNRENAMED 2u /* a delete left its tensor released under a capsule
+                                 * that still has the unconsumed name */
+#define CS_VERDICT_LATE_RENAME 4u /* a consume renamed a capsule whose tensor its consumer
+                                   * had already released (judged harmless) */
 
 /* Judge one event; findings go to the callback before it returns. */
 unsigned cs_lc_event(cs_lifecycle *lc, const cs_event *ev);

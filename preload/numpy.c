@@ -11,9 +11,11 @@
 #include "numpy.h"
 
 #include <dlfcn.h>
+#include <link.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "dltensor.h"
 #include "options.h"
@@ -53,6 +55,7 @@ typedef struct known {
     int gone; /* its functions left the address space: never read it again */
     int device; /* DLPack device type it serves; 0 = plain host memory */
     int ctx_freed; /* free() was called on its ctx */
+    int freed; /* free() was called on the struct itself: never read it again */
 } known;
 
 static known handlers[MAX_HANDLERS];
@@ -76,9 +79,14 @@ static void watch_ctx(const void *ctx)
     }
 }
 
+/* where numpy's array_dealloc calls free() (see hook_free): the return
+ * addresses of its free() calls, 0 until learned */
+#define MAX_FREE_SITES 4
+static _Atomic uintptr_t free_sites[MAX_FREE_SITES];
+static int dealloc_known; /* learned, or given up: learn_dealloc stops */
+
 static __thread const void *cur_cap __attribute__((tls_model("initial-exec")));
 static __thread const np_handler *cur_handler __attribute__((tls_model("initial-exec")));
-static __thread int foreign_pending __attribute__((tls_model("initial-exec")));
 /* cur_* name the handler of the very next Track/Untrack only: numpy's
  * legacy PyDataMem_NEW/FREE (void scalars through its small-block cache,
  * old extensions) track blocks without reading a handler first */
@@ -118,14 +126,16 @@ static void remember_as(const np_handler *h, int refresh)
     known *k = known_of(h);
     if (k && refresh && !k->gone) {
         memcpy(&k->snap, h, sizeof *h);
-        k->ctx_freed = 0;
+        k->ctx_freed = k->freed = 0;
         watch_ctx(h->allocator.ctx);
     } else if (!k && nhandlers < MAX_HANDLERS) {
         handlers[nhandlers].h = h;
         memcpy(&handlers[nhandlers].snap, h, sizeof *h);
         handlers[nhandlers].gone = 0;
         handlers[nhandlers].ctx_freed = 0;
+        handlers[nhandlers].freed = 0;
         watch_ctx(h->allocator.ctx);
+        watch_ctx(h); /* a heap handler's own free() (see note_ctx_free) */
         /* names that say what memory they hand out */
         handlers[nhandlers].device = strstr(h->name, "cuda_host") || strstr(h->name, "pinned")
                                          ? 3 /* kDLCUDAHost */
@@ -169,6 +179,8 @@ static uint32_t staleness(const np_handler *h)
     known *k = known_of(h);
     if (k && k->gone)
         why = CS_STALE_UNLOADED;
+    else if (k && k->freed) /* reading it would be a use-after-free */
+        why = CS_STALE_CHANGED;
     else if (k && memcmp(&k->snap, h, sizeof *h) != 0)
         why = CS_STALE_CHANGED;
     else if (k && k->ctx_freed)
@@ -234,6 +246,15 @@ void cs_np_after_dlclose(void)
             handlers[i].gone = 1;
     }
     cs_spin_unlock(&hmu);
+    /* numpy itself unloaded (never in practice): learn it again if it
+     * comes back */
+    Dl_info di;
+    uintptr_t site = atomic_load(&free_sites[0]);
+    if (site && !dladdr((void *)site, &di)) {
+        for (int i = 0; i < MAX_FREE_SITES; i++)
+            atomic_store(&free_sites[i], 0);
+        dealloc_known = 0;
+    }
 }
 
 /* ---- hooks ---- */
@@ -241,10 +262,14 @@ void cs_np_after_dlclose(void)
 static PyObject_ *numpy_allocator_var; /* numpy's "current_allocator" */
 
 /* The handler numpy read for this Track/Untrack, or NULL (legacy path).
- * A realloc is GetPointer, realloc, Untrack(old), Track(new): a Track whose
- * call site lies just after the Untrack's (the same few instructions;
- * 16 bytes apart in numpy 1.24) belongs to the same call. */
-#define RENEW_SPAN 32
+ * A realloc is GetPointer, Untrack(old), realloc, Track(new) (numpy 2.5:
+ * GetPointer, realloc, Untrack, Track): a Track whose call site lies just
+ * after the Untrack's belongs to the same call. Return addresses measured
+ * in PyDataMem_UserRENEW: 16 bytes apart in numpy 1.24, 38 in 2.2 and 2.4
+ * (the handler's realloc is called between them), 21 in 2.5. The nearest
+ * Track of another function lies 70 bytes past an Untrack (2.4's legacy
+ * PyDataMem_FREE, then PyDataMem_RENEW's Track; both without a handler). */
+#define RENEW_SPAN 64
 static __thread uintptr_t renew_site __attribute__((tls_model("initial-exec")));
 static __thread const np_handler *renew_h __attribute__((tls_model("initial-exec")));
 static __thread const void *renew_cap __attribute__((tls_model("initial-exec")));
@@ -267,9 +292,19 @@ static const np_handler *take_handler(const void **cap, uintptr_t site, int is_t
     return h;
 }
 
+static void learn_dealloc(void);
+static unsigned learn_tries;
+/* on the NEP 49 channel: until numpy is imported (a dict lookup a try) */
+#define MAYBE_LEARN()                                                                   \
+    do {                                                                                \
+        if (__builtin_expect(!dealloc_known, 0) && (learn_tries++ & 15) == 0)           \
+            learn_dealloc();                                                            \
+    } while (0)
+
 static int hook_track(unsigned int domain, uintptr_t ptr, size_t size)
 {
     if (domain == NPY_TRACE_DOMAIN) {
+        MAYBE_LEARN();
         const void *cap;
         const np_handler *h =
             take_handler(&cap, (uintptr_t)__builtin_return_address(0), 1);
@@ -285,14 +320,15 @@ static int hook_track(unsigned int domain, uintptr_t ptr, size_t size)
     return cs_py.TraceMalloc_Track(domain, ptr, size);
 }
 
-static int hook_untrack(unsigned int domain, uintptr_t ptr)
+static inline __attribute__((always_inline)) int untrack(unsigned int domain, uintptr_t ptr,
+                                                         const void *site)
 {
     if (domain == NPY_TRACE_DOMAIN) {
+        MAYBE_LEARN();
         const void *cap;
-        const np_handler *h =
-            take_handler(&cap, (uintptr_t)__builtin_return_address(0), 0);
+        const np_handler *h = take_handler(&cap, (uintptr_t)site, 0);
         if (ptr && cs_recording) {
-            uint8_t g = h ? (uint8_t)cs_check_gil(__builtin_return_address(0), CS_NOGIL_HANDLER) : 0;
+            uint8_t g = h ? (uint8_t)cs_check_gil(site, CS_NOGIL_HANDLER) : 0;
             cs_event ev = {.kind = CS_EV_NP_FREE, .obj = ptr, .flags = g, .b = (uint64_t)(uintptr_t)cap,
                            .c = (uint64_t)(uintptr_t)h, .extra = staleness(h)};
             /* a free's native frames are numpy's own dealloc path; where
@@ -301,6 +337,26 @@ static int hook_untrack(unsigned int domain, uintptr_t ptr)
         }
     }
     return cs_py.TraceMalloc_Untrack(domain, ptr);
+}
+
+static int hook_untrack(unsigned int domain, uintptr_t ptr)
+{
+    return untrack(domain, ptr, __builtin_return_address(0));
+}
+
+/* numpy's own module. numpy 2.5 asks whether tracemalloc is tracing with
+ * Untrack's answer (-2: it is not) and then skips the Track of what it
+ * allocates without a handler (PyDataMem_NEW, its small-block cache) and
+ * of a block a handler reallocated: with tracemalloc off, capsan would see
+ * those blocks freed but never made, and a block realloc'd in place freed
+ * twice. capsan is tracing numpy's domain, so numpy hears 0 (as with
+ * tracemalloc on). Its Track calls then reach the interpreter, which
+ * answers -2, and numpy only checks Track for -1. Earlier numpy ignores
+ * Untrack's answer. */
+static int hook_np_untrack(unsigned int domain, uintptr_t ptr)
+{
+    int r = untrack(domain, ptr, __builtin_return_address(0));
+    return r == -2 && cs_recording ? 0 : r;
 }
 
 static PyObject_ *hook_cv_new(const char *name, PyObject_ *def)
@@ -335,6 +391,8 @@ static int is_numpy_allocator_var(PyObject_ *var)
 static int hook_cv_set(PyObject_ *var, PyObject_ *value)
 {
     if (var && value && cs_recording && is_numpy_allocator_var(var)) {
+        if (!dealloc_known) /* capsan started after numpy: maybe no Track yet */
+            learn_dealloc();
         /* PyDataMem_SetHandler: check the handler before numpy uses it;
          * numpy 1.24 takes a misnamed capsule and fails later (R27) */
         const char *name = cs_py.Capsule_GetName(value);
@@ -359,25 +417,200 @@ static int hook_cv_set(PyObject_ *var, PyObject_ *value)
     return cs_py.ContextVar_Set(var, value);
 }
 
-/* numpy frees an OWNDATA array's data with plain free() when it has no
- * handler, right after reading NUMPY_WARN_IF_NO_MEM_POLICY (1.24
- * array_dealloc). getenv is hooked in numpy's own module only; free in
- * every object, to also see a handler's ctx being freed. */
-static char *hook_getenv(const char *name)
+/* ---- numpy's free() of an OWNDATA array's data that has no handler ----
+ * array_dealloc, ndarray's tp_dealloc, frees such data with libc free():
+ * one call site in numpy 1.24 to 2.5. numpy 1.24 read
+ * NUMPY_WARN_IF_NO_MEM_POLICY with getenv() just before it; numpy 2 reads
+ * a flag it set once at import, so the call site is what tells. It is
+ * learned once numpy's module is in sys.modules (under the GIL): the
+ * function numpy's ndarray type names as tp_dealloc (subclasses defined in
+ * Python reach it through subtype_dealloc), its bounds from its unwind
+ * info (libunwind, which stack.c loaded), and in its code the calls that
+ * go through the object's GOT slot for free() (patched to hook_free).
+ * Only the call site itself counts: frees that array_dealloc's callees
+ * reach by tail calls (the dimensions' PyMem_RawFree) share its return
+ * addresses otherwise. */
+#define TP_DEALLOC_OFFSET 48 /* offsetof(PyTypeObject, tp_dealloc): every 64-bit CPython 3 */
+
+static void hook_free(void *p);
+
+static int dealloc_bounds(uintptr_t fn, uintptr_t *lo, uintptr_t *hi)
 {
-    if (name && name[0] == 'N' && !strcmp(name, "NUMPY_WARN_IF_NO_MEM_POLICY"))
-        foreign_pending = 1;
-    return getenv(name);
+    /* unw_proc_info_t starts with start_ip and end_ip; the rest is room */
+    uint64_t pi[32] = {0};
+    void *h = dlopen("libunwind.so.8", RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
+    if (!h)
+        return 0;
+    int (*info)(void *, uint64_t, uint64_t *, void *) =
+        (int (*)(void *, uint64_t, uint64_t *, void *))dlsym(h, "_ULx86_64_get_proc_info_by_ip");
+    void **space = dlsym(h, "_ULx86_64_local_addr_space");
+    int ok = info && space && *space && info(*space, fn, pi, NULL) == 0 && pi[0] <= fn &&
+             fn < pi[1] && pi[1] - pi[0] < (1u << 16);
+    dlclose(h);
+    if (ok) {
+        *lo = pi[0];
+        *hi = pi[1];
+    }
+    return ok;
+}
+
+/* the loaded segments of the object that holds one address */
+typedef struct segs {
+    uintptr_t at;
+    int n;
+    uintptr_t lo[8], hi[8];
+    int exec[8];
+} segs;
+
+static int segs_cb(struct dl_phdr_info *info, size_t size, void *data)
+{
+    (void)size;
+    segs *s = data;
+    int mine = 0;
+    for (int i = 0; i < info->dlpi_phnum; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        uintptr_t lo = info->dlpi_addr + ph->p_vaddr;
+        if (ph->p_type == PT_LOAD && s->at >= lo && s->at < lo + ph->p_memsz)
+            mine = 1;
+    }
+    if (!mine)
+        return 0;
+    for (int i = 0; i < info->dlpi_phnum && s->n < 8; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        if (ph->p_type == PT_LOAD && (ph->p_flags & PF_R)) {
+            s->lo[s->n] = info->dlpi_addr + ph->p_vaddr;
+            s->hi[s->n] = s->lo[s->n] + ph->p_memsz;
+            s->exec[s->n++] = !!(ph->p_flags & PF_X);
+        }
+    }
+    return 1;
+}
+
+static int in_segs(const segs *s, uintptr_t a, size_t len, int exec)
+{
+    for (int i = 0; i < s->n; i++)
+        if (a >= s->lo[i] && a + len <= s->hi[i] && (!exec || s->exec[i]))
+            return 1;
+    return 0;
+}
+
+/* A GOT slot of this object that calls free(): got.c patched it already
+ * (free is hooked in every object). Never take free's own address here: a
+ * non-PIE python's canonical PLT entry for free would then serve this
+ * library's calls too, and that entry goes through a patched slot. */
+static int free_slot(const segs *s, uintptr_t slot)
+{
+    return in_segs(s, slot, sizeof(uintptr_t), 0) &&
+           *(const uintptr_t *)slot == (uintptr_t)hook_free;
+}
+
+/* A PLT stub at t that jumps through a free() slot: [endbr64] [bnd] jmp *disp(%rip) */
+static int free_stub(const segs *s, uintptr_t t)
+{
+    if (!in_segs(s, t, 16, 1))
+        return 0;
+    const uint8_t *c = (const uint8_t *)t;
+    if (c[0] == 0xf3 && c[1] == 0x0f && c[2] == 0x1e && c[3] == 0xfa)
+        c += 4;
+    if (c[0] == 0xf2)
+        c++;
+    if (c[0] != 0xff || c[1] != 0x25)
+        return 0;
+    int32_t d;
+    memcpy(&d, c + 2, 4);
+    return free_slot(s, (uintptr_t)(c + 6) + (intptr_t)d);
+}
+
+/* Return addresses of the free() calls in [lo, hi): call rel32 to a free
+ * stub, or call *disp(%rip) through a free slot (-fno-plt). A byte pattern
+ * inside another instruction would have to decode to a call whose target
+ * is that very stub: not checked further. */
+static int find_free_calls(const segs *s, uintptr_t lo, uintptr_t hi, uintptr_t *out, int max)
+{
+    int n = 0;
+    if (!in_segs(s, lo, hi - lo, 1))
+        return 0;
+    for (uintptr_t a = lo; a + 5 <= hi && n < max; a++) {
+        const uint8_t *c = (const uint8_t *)a;
+        int32_t d;
+        if (c[0] == 0xe8) {
+            memcpy(&d, c + 1, 4);
+            if (free_stub(s, a + 5 + (intptr_t)d))
+                out[n++] = a + 5;
+        } else if (c[0] == 0xff && c[1] == 0x15 && a + 6 <= hi) {
+            memcpy(&d, c + 2, 4);
+            if (free_slot(s, a + 6 + (intptr_t)d))
+                out[n++] = a + 6;
+        }
+    }
+    return n;
+}
+
+static void learn_dealloc(void)
+{
+    static PyObject_ *(*modules)(void);
+    static PyObject_ *(*dict_get)(PyObject_ *, const char *);
+    if (!cs_py.ok || !cs_py.Object_GetAttrString || !cs_py_has_gil())
+        return;
+    if (!modules) {
+        *(void **)&modules = dlsym(RTLD_DEFAULT, "PyImport_GetModuleDict");
+        *(void **)&dict_get = dlsym(RTLD_DEFAULT, "PyDict_GetItemString");
+        if (!modules || !dict_get) {
+            dealloc_known = 1;
+            return;
+        }
+    }
+    PyObject_ *t, *v, *tb;
+    cs_py.Err_Fetch(&t, &v, &tb); /* numpy may allocate with an exception set */
+    PyObject_ *sysmods = modules(), *mod = NULL;
+    /* numpy 2 keeps a numpy.core shim: the first name is the module */
+    if (sysmods && !(mod = dict_get(sysmods, "numpy._core._multiarray_umath")))
+        mod = dict_get(sysmods, "numpy.core._multiarray_umath");
+    if (mod) {
+        PyObject_ *type = cs_py.Object_GetAttrString(mod, "ndarray");
+        uintptr_t fn = type ? *(const uintptr_t *)((const char *)type + TP_DEALLOC_OFFSET) : 0;
+        uintptr_t lo, hi, sites[MAX_FREE_SITES];
+        segs sg = {.at = fn};
+        int n = 0;
+        if (fn && dealloc_bounds(fn, &lo, &hi) && dl_iterate_phdr(segs_cb, &sg))
+            n = find_free_calls(&sg, lo, hi, sites, MAX_FREE_SITES);
+        for (int i = 0; i < n; i++)
+            atomic_store_explicit(&free_sites[i], sites[i], memory_order_release);
+        if (type)
+            cs_py.DecRef(type);
+        dealloc_known = 1; /* found or not, numpy is imported: never again */
+        if (cs_opt.verbosity)
+            dprintf(2, "==%d==capsan: numpy's array_dealloc: %d free() call(s)%s\n", (int)getpid(),
+                    n, n ? "" : ": numpy-foreign-free is off");
+    }
+    cs_py.Err_Restore(t, v, tb);
+}
+
+static inline int is_free_site(uintptr_t site)
+{
+    for (int i = 0; i < MAX_FREE_SITES; i++) {
+        uintptr_t s = atomic_load_explicit(&free_sites[i], memory_order_relaxed);
+        if (s == site)
+            return 1;
+        if (!s)
+            return 0;
+    }
+    return 0;
 }
 
 /* free() of a known handler's ctx: its blocks can no longer be freed
- * through it safely (the handler functions still read the ctx) */
+ * through it safely (the handler functions still read the ctx); free() of
+ * the handler struct itself: it is stale, and is not read again (ASan
+ * saw staleness() compare the freed bytes) */
 static void note_ctx_free(uintptr_t p)
 {
     cs_spin_lock(&hmu);
-    for (int i = 0; i < nhandlers; i++)
+    for (int i = 0; i < nhandlers; i++) {
         if ((uintptr_t)handlers[i].snap.allocator.ctx == p && !handlers[i].gone)
             handlers[i].ctx_freed = 1;
+        if ((uintptr_t)handlers[i].h == p)
+            handlers[i].freed = 1;
+    }
     cs_spin_unlock(&hmu);
 }
 
@@ -387,24 +620,23 @@ static void hook_free(void *p)
     unsigned b = ctx_bit(a);
     if (atomic_load_explicit(&ctx_bits[b >> 6], memory_order_relaxed) & (1ull << (b & 63)))
         note_ctx_free(a);
-    if (foreign_pending) {
-        foreign_pending = 0;
-        if (p && cs_recording) {
-            cs_event ev = {.kind = CS_EV_NP_FOREIGN_FREE, .obj = (uint64_t)(uintptr_t)p};
-            cs_emit(&ev, 1, NULL, NULL); /* reported before a bad free can abort */
-        }
+    if (__builtin_expect(is_free_site((uintptr_t)__builtin_return_address(0)), 0) && p &&
+        cs_recording) {
+        cs_event ev = {.kind = CS_EV_NP_FOREIGN_FREE, .obj = (uint64_t)(uintptr_t)p};
+        cs_emit(&ev, 1, NULL, NULL); /* reported before a bad free can abort */
     }
     free(p);
 }
 
 #define NUMPY_MODULE "_multiarray_umath"
 
+/* a hook with a module (only_in) wins over the same name's general one */
 const cs_hook cs_numpy_hooks[] = {
     {"PyTraceMalloc_Track", (void *)hook_track, NULL},
+    {"PyTraceMalloc_Untrack", (void *)hook_np_untrack, NUMPY_MODULE},
     {"PyTraceMalloc_Untrack", (void *)hook_untrack, NULL},
     {"PyContextVar_New", (void *)hook_cv_new, NULL},
     {"PyContextVar_Set", (void *)hook_cv_set, NULL},
-    {"getenv", (void *)hook_getenv, NUMPY_MODULE},
     {"free", (void *)hook_free, NULL},
 };
 const int cs_numpy_nhooks = sizeof cs_numpy_hooks / sizeof cs_numpy_hooks[0];
@@ -457,8 +689,32 @@ static void tracing_dtor(PyObject_ *cap)
     free(t);
 }
 
-/* numpy 1.x's _ARRAY_API capsule has no name, so PyCapsule_Import refuses
- * it: read the attribute and the pointer as numpy's own import_array does. */
+/* numpy's _ARRAY_API capsule has no name, so PyCapsule_Import refuses it:
+ * read the attribute and the pointer as numpy's own import_array does.
+ * numpy 2 moved the module to numpy._core (numpy.core is a shim that warns
+ * on every attribute); numpy 1.x has only numpy.core. */
+static PyObject_ *array_api_capsule(void)
+{
+    static const char *const mods[] = {"numpy._core._multiarray_umath",
+                                       "numpy.core._multiarray_umath"};
+    PyObject_ *cap = NULL;
+    for (int i = 0; i < 2 && !cap; i++) {
+        if (i) { /* drop the first name's error; the last one's stays set */
+            PyObject_ *t, *v, *tb;
+            cs_py.Err_Fetch(&t, &v, &tb);
+            cs_py.DecRef(t);
+            cs_py.DecRef(v);
+            cs_py.DecRef(tb);
+        }
+        PyObject_ *mod = cs_py.Import_ImportModule(mods[i]);
+        if (mod) {
+            cap = cs_py.Object_GetAttrString(mod, "_ARRAY_API");
+            cs_py.DecRef(mod);
+        }
+    }
+    return cap;
+}
+
 static void **numpy_api(void)
 {
     static void **api;
@@ -466,14 +722,11 @@ static void **numpy_api(void)
         return api;
     if (!cs_py.Import_ImportModule || !cs_py.Object_GetAttrString)
         return NULL;
-    PyObject_ *mod = cs_py.Import_ImportModule("numpy.core._multiarray_umath");
-    if (!mod)
-        return NULL; /* the ImportError stays set */
-    PyObject_ *cap = cs_py.Object_GetAttrString(mod, "_ARRAY_API");
-    cs_py.DecRef(mod);
+    PyObject_ *cap = array_api_capsule();
     if (!cap)
-        return NULL;
-    void **a = cs_py.Capsule_GetPointer(cap, NULL);
+        return NULL; /* the ImportError stays set */
+    const char *name = cs_py.Capsule_GetName(cap);
+    void **a = cs_py.Capsule_GetPointer(cap, name);
     cs_py.DecRef(cap); /* the table is static in numpy's module */
     if (!a)
         return NULL;

@@ -141,10 +141,11 @@ enum cs_event_kind {
     /* DLPack; obj = the DLManagedTensor(Versioned) struct */
     CS_EV_EXPORT = 1,       /* capsule created: a=capsule b=deleter c=nbytes; aux: CS_DLV_* */
     CS_EV_OWN = 2,          /* numpy's internal numpy_dltensor capsule: a=capsule */
-    CS_EV_CONSUME = 3,      /* renamed to used_*: a=capsule b=consumer return address */
+    CS_EV_CONSUME = 3,      /* renamed to used_*: a=capsule b=consumer return address
+                             * c=dl_tensor.data (byte_offset with CS_EVF_OFFSET_IGNORED) */
     CS_EV_GETPTR_USED = 4,  /* pointer taken from a consumed capsule: a=capsule */
     CS_EV_DELETE = 5,       /* deleter called: a=capsule whose destructor runs it, or 0; c=dl_tensor.data */
-    CS_EV_DESTROY = 6,      /* capsule destructor returned: a=capsule; aux: CS_NAME_*; extra=1: it had no destructor */
+    CS_EV_DESTROY = 6,      /* capsule destructor returned: a=capsule; aux: CS_NAME_*; extra: CS_DESTROY_* */
     CS_EV_BAD_TENSOR = 7,   /* field check failed: aux=rule (13..21, 1, 7) extra=CS_BAD_* b=value */
     CS_EV_GETPTR = 8,       /* unconsumed capsule read by a consumer: a=capsule */
     CS_EV_NO_GIL = 9,       /* a Python call without the GIL: obj=call site; aux=CS_NOGIL_* */
@@ -174,6 +175,9 @@ enum cs_nogil { CS_NOGIL_CAPSULE = 1, CS_NOGIL_HANDLER = 2, CS_NOGIL_IN_DELETER 
 #define CS_DLV_VERSIONED 1u
 /* CS_EV_DESTROY aux: the capsule's name when it died */
 enum cs_name_state { CS_NAME_UNCONSUMED = 0, CS_NAME_USED = 1, CS_NAME_OTHER = 2 };
+/* CS_EV_DESTROY extra bits */
+#define CS_DESTROY_NO_DTOR 1u /* the capsule had no destructor */
+#define CS_DESTROY_TOOK 2u    /* its destructor read the pointer under the unconsumed name */
 
 /* cs_event.flags */
 #define CS_EVF_GIL 0x01         /* the calling thread held the GIL */

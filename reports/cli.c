@@ -13,6 +13,7 @@
 
 #include "cli.h"
 #include "options.h"
+#include "suppress.h"
 
 #define EXIT_INTERNAL 125          /* run: capsan itself failed, as timeout(1) */
 
@@ -165,6 +166,70 @@ static void check_flag_option(const char *text, size_t len)
         cs_usage_error("run: %s", strncmp(err, "capsan: ", 8) ? err : err + 8);
 }
 
+/* The runtime names a bad CAPSAN_OPTIONS value and runs the program with
+ * the default; `capsan run` refuses it before starting anything, naming
+ * every one (cs_options_parse writes one "capsan: ..." line each). */
+static void check_env_options(const char *s)
+{
+    char err[4096] = "";
+    if (!s || !*s)
+        return;
+    cs_options_defaults();
+    if (cs_options_parse(s, "CAPSAN_OPTIONS", err, sizeof err) == 0)
+        return;
+    for (char *line = err; *line;) {
+        size_t n = strcspn(line, "\n");
+        const char *text = strncmp(line, "capsan: ", 8) ? line : line + 8;
+        fprintf(stderr, "capsan: run: %.*s\n", (int)(n - (size_t)(text - line)), text);
+        line += n + (line[n] == '\n');
+    }
+    fputs("(capsan --help for usage)\n", stderr);
+    exit(EXIT_USAGE);
+}
+
+/* The traces are log_path.PID: the runtime only finds out that it cannot
+ * create them once the program runs (and then runs it without a trace).
+ * Refuse a log_path whose directory is missing or not writable, and one
+ * that names a directory (it is a prefix: DIR/ would make hidden DIR/.PID
+ * files). */
+static void check_log_path(const char *lp)
+{
+    struct stat st;
+    char dir[PATH_MAX];
+    if (stat(lp, &st) == 0 && S_ISDIR(st.st_mode)) {
+        size_t n = strlen(lp);
+        while (n > 1 && lp[n - 1] == '/')
+            n--;
+        cs_usage_error("run: log_path '%s' is a directory; it is a file name prefix (each "
+                       "process writes log_path.PID): try %.*s/capsan.trace", lp, (int)n, lp);
+    }
+    const char *slash = strrchr(lp, '/');
+    if (!slash)
+        snprintf(dir, sizeof dir, ".");
+    else
+        snprintf(dir, sizeof dir, "%.*s", slash == lp ? 1 : (int)(slash - lp), lp);
+    if (stat(dir, &st) != 0)
+        cs_usage_error("run: log_path '%s': directory %s: %s", lp, dir, strerror(errno));
+    if (!S_ISDIR(st.st_mode))
+        cs_usage_error("run: log_path '%s': %s is not a directory", lp, dir);
+    if (access(dir, W_OK | X_OK) != 0)
+        cs_usage_error("run: log_path '%s': cannot create files in %s: %s", lp, dir,
+                       strerror(errno));
+}
+
+/* The runtime would name a missing or bad suppressions file and then
+ * report every finding it meant to suppress (and fail the run for them). */
+static void check_suppressions(const char *path)
+{
+    char err[1024];
+    if (!path || !*path)
+        return;
+    cs_suppressions *s = cs_supp_load(path, err, sizeof err);
+    if (!s)
+        cs_usage_error("run: suppressions: %s", err);
+    cs_supp_free(s);
+}
+
 char *cs_flag_value(int argc, char **argv, int *i, const char *flag)
 {
     size_t fl = strlen(flag);
@@ -217,6 +282,7 @@ static int cmd_run(int argc, char **argv)
         cs_usage_error("run: no command given (capsan run [flags] -- CMD ARGS...)");
     char **cmd = argv + i;
 
+    check_env_options(getenv("CAPSAN_OPTIONS"));
     char *lib = find_runtime();
     if (!lib)
         return EXIT_INTERNAL;
@@ -238,6 +304,8 @@ static int cmd_run(int argc, char **argv)
     const char *log_path = kv_get(&opts, "log_path");
     if (!log_path || !*log_path)
         log_path = cs_option_default("log_path");
+    check_log_path(log_path);
+    check_suppressions(kv_get(&opts, "suppressions"));
 
     /* ours first, keeping whatever the user preloads */
     const char *old = getenv("LD_PRELOAD");
@@ -291,8 +359,13 @@ static int cmd_run(int argc, char **argv)
         rc = EXIT_INTERNAL;
     } else if (WIFSIGNALED(status)) {
         int sig = WTERMSIG(status);
-        fprintf(stderr, "capsan: %s killed by signal %d; trace: %s.%d\n",
-                cmd[0], sig, log_path, (int)pid);
+        char trace[PATH_MAX + 32];
+        snprintf(trace, sizeof trace, "%s.%d", log_path, (int)pid);
+        if (access(trace, F_OK) == 0)
+            fprintf(stderr, "capsan: %s killed by signal %d; trace: %s\n", cmd[0], sig, trace);
+        else /* a child that recorded nothing, or one whose file could not be made */
+            fprintf(stderr, "capsan: %s killed by signal %d; it left no trace (%s: %s)\n",
+                    cmd[0], sig, trace, strerror(errno));
         rc = 128 + sig;
     } else {
         rc = WIFEXITED(status) ? WEXITSTATUS(status) : EXIT_INTERNAL;

@@ -134,10 +134,12 @@ static const char *base_name(const char *path)
     return s ? s + 1 : path;
 }
 
-static void human_bytes(char *buf, size_t n, uint64_t b)
+/* a double: an axis label may lie beyond UINT64_MAX (a plot's top is the
+ * largest value rounded up, and converting that back was undefined) */
+static void human_bytes(char *buf, size_t n, double b)
 {
     if (b < 1024)
-        snprintf(buf, n, "%llu B", (unsigned long long)b);
+        snprintf(buf, n, "%.0f B", b);
     else if (b < 1024ull * 1024)
         snprintf(buf, n, "%.1f KiB", b / 1024.0);
     else if (b < 1024ull * 1024 * 1024)
@@ -293,7 +295,7 @@ static void plot(cs_html *h, const cs_html_proc *p)
         double y = PT + ht - ht * k / 4;
         bodyf(h, "<line class=\"grid\" x1=\"%.1f\" x2=\"%.1f\" y1=\"%.1f\" y2=\"%.1f\"/>", PL,
               PL + w, y, y);
-        human_bytes(lab, sizeof lab, (uint64_t)(npmax * k / 4));
+        human_bytes(lab, sizeof lab, npmax * k / 4);
         bodyf(h, "<text class=\"ax np\" x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%s</text>",
               PL - 6, y + 4, lab);
         bodyf(h, "<text class=\"ax dl\" x=\"%.1f\" y=\"%.1f\">%g</text>\n", PL + w + 6, y + 4,

@@ -58,7 +58,9 @@ struct cs_trace_priv {
     size_t counts_cap;
 };
 
+#ifndef FMEM_MAX
 #define FMEM_MAX 4096
+#endif
 
 /* ---- small helpers --------------------------------------------------- */
 
@@ -762,6 +764,12 @@ cs_trace *cs_trace_open(const char *path, char *err, size_t errlen)
         return NULL;
     }
     struct stat st;
+    if (fstat(fd, &st) == 0 && S_ISDIR(st.st_mode)) {
+        snprintf(err, errlen, "%s: is a directory, not a trace file (name the traces in it, "
+                 "e.g. %s/capsan.trace.*)", path, path);
+        close(fd);
+        return NULL;
+    }
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
         snprintf(err, errlen, "%s: not a regular file", path);
         close(fd);

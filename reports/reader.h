@@ -81,7 +81,11 @@ typedef struct cs_trace {
     struct cs_trace_priv *priv;
 } cs_trace;
 
+/* -D for the fuzz build (Makefile): small limits let 64 KiB inputs reach
+ * the downsampling and spilling paths */
+#ifndef CS_COUNTS_MAX
 #define CS_COUNTS_MAX 2000
+#endif
 
 /* Opens and reads a trace: tables, COUNTS, and the replay of every event,
  * in file order, through a fresh lifecycle (threadsafe = 0) finished with

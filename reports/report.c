@@ -33,6 +33,7 @@ typedef struct entry {
     const char *path;
     size_t argi;              /* position on the command line */
     int has_hdr;
+    int json_report;          /* a report=json file (log_path.PID.json), not a trace */
     uint64_t pid, ppid, start;
     long parent;              /* index into the entries, or -1 */
     int depth;
@@ -232,12 +233,18 @@ static void read_header(entry *e)
     cs_file_header h;
     if (fd < 0)
         return;
-    if (pread(fd, &h, sizeof h, 0) == (ssize_t)sizeof h && memcmp(h.magic, CS_TRACE_MAGIC, 8) == 0) {
+    ssize_t got = pread(fd, &h, sizeof h, 0);
+    if (got == (ssize_t)sizeof h && memcmp(h.magic, CS_TRACE_MAGIC, 8) == 0) {
         e->has_hdr = 1;
         e->pid = h.pid;
         e->ppid = h.ppid;
         e->start = h.start_realtime_ns;
     }
+    /* `capsan report capsan.trace.*` also matches report=json's
+     * capsan.trace.PID.json files (json.c's first bytes) */
+    static const char json_start[] = "{\"tool\": \"capsan\"";
+    if (got >= (ssize_t)sizeof json_start - 1 && memcmp(&h, json_start, sizeof json_start - 1) == 0)
+        e->json_report = 1;
     close(fd);
 }
 
@@ -623,6 +630,30 @@ static size_t drop_repeats(entry *ents, size_t n)
     return kept;
 }
 
+/* -o must not destroy a trace: neither one of those being read (it is
+ * truncated before it is read), nor any other (`-o capsan.trace.*`: the
+ * shell made the first trace the output). */
+static void check_output(const char *outpath, const entry *ents, size_t n)
+{
+    struct stat out, st;
+    if (stat(outpath, &out) != 0 || !S_ISREG(out.st_mode))
+        return;                     /* new, or a device such as /dev/stdout */
+    for (size_t i = 0; i < n; i++)
+        if (stat(ents[i].path, &st) == 0 && st.st_dev == out.st_dev && st.st_ino == out.st_ino)
+            cs_usage_error("report: -o %s is also a trace to report: writing the report "
+                           "would destroy it", outpath);
+    int fd = open(outpath, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    char magic[8];
+    if (fd >= 0 && read(fd, magic, sizeof magic) == (ssize_t)sizeof magic &&
+        memcmp(magic, CS_TRACE_MAGIC, sizeof magic) == 0) {
+        close(fd);
+        cs_usage_error("report: -o %s is a capsan trace: refusing to overwrite it "
+                       "(did a glob follow -o?)", outpath);
+    }
+    if (fd >= 0)
+        close(fd);
+}
+
 int cs_cmd_report(int argc, char **argv)
 {
     int format = FMT_TEXT, gen = 0;
@@ -634,6 +665,11 @@ int cs_cmd_report(int argc, char **argv)
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         if (rest || a[0] != '-' || strcmp(a, "-") == 0) {
+            if (!*a) /* an unset shell variable */
+                cs_usage_error("report: an empty trace file name");
+            if (!rest && strcmp(a, "-") == 0) /* a trace is mapped, not streamed */
+                cs_usage_error("report: traces are read from files, not from standard input "
+                               "('-'); name the trace file (./- for a file called '-')");
             ents[n].path = argv[i];
             ents[n].argi = n;
             n++;
@@ -654,11 +690,14 @@ int cs_cmd_report(int argc, char **argv)
             else
                 cs_usage_error("report: unknown format '%s' (text, json or html)", v);
         } else if (strcmp(a, "-o") == 0) {
-            outpath = cs_flag_value(argc, argv, &i, "-o");
+            if (!*(outpath = cs_flag_value(argc, argv, &i, "-o")))
+                cs_usage_error("report: -o needs a file name");
         } else if (strncmp(a, "--output", 8) == 0 && (a[8] == 0 || a[8] == '=')) {
-            outpath = cs_flag_value(argc, argv, &i, "--output");
+            if (!*(outpath = cs_flag_value(argc, argv, &i, "--output")))
+                cs_usage_error("report: --output needs a file name");
         } else if (strncmp(a, "--suppressions", 14) == 0 && (a[14] == 0 || a[14] == '=')) {
-            supppath = cs_flag_value(argc, argv, &i, "--suppressions");
+            if (!*(supppath = cs_flag_value(argc, argv, &i, "--suppressions")))
+                cs_usage_error("report: --suppressions needs a file name");
         } else if (strncmp(a, "--max-findings", 14) == 0 && (a[14] == 0 || a[14] == '=')) {
             const char *v = cs_flag_value(argc, argv, &i, "--max-findings");
             char *end;
@@ -685,12 +724,20 @@ int cs_cmd_report(int argc, char **argv)
         if (!c.flag_supp)
             cs_usage_error("report: %s", err);
     }
+    if (outpath)
+        check_output(outpath, ents, n);
     FILE *out = stdout;
     if (outpath && !(out = fopen(outpath, "w"))) {
-        fprintf(stderr, "capsan: cannot write %s: %s\n", outpath, strerror(errno));
-        cs_supp_free(c.flag_supp);
-        free(ents);
-        return 1;
+        int e = errno;
+        char dir[4096] = ".";
+        const char *slash = strrchr(outpath, '/');
+        struct stat st;
+        if (slash)
+            snprintf(dir, sizeof dir, "%.*s", slash == outpath ? 1 : (int)(slash - outpath), outpath);
+        if (e == ENOENT && stat(dir, &st) != 0)
+            cs_usage_error("report: cannot write the report to %s: directory %s does not exist",
+                           outpath, dir);
+        cs_usage_error("report: cannot write the report to %s: %s", outpath, strerror(e));
     }
     cs_out o = {
         .write = file_write, .ud = out,
@@ -720,6 +767,11 @@ int cs_cmd_report(int argc, char **argv)
     for (size_t k = 0; k < n; k++) {
         entry *e = &ents[order[k]];
         const entry *parent = e->parent >= 0 ? &ents[e->parent] : NULL;
+        if (e->json_report) {
+            fprintf(stderr, "capsan: %s is a JSON report (report=json), not a trace: skipped\n",
+                    e->path);
+            continue;
+        }
         rc |= report_one(e, parent, &c, format == FMT_TEXT && outpath ? out : NULL);
     }
     switch (format) {

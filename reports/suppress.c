@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #define KIND_ANY (-1)
 #define KIND_LEAKS (-2)
@@ -102,6 +103,14 @@ cs_suppressions *cs_supp_load(const char *path, char *err, size_t errlen)
         snprintf(err, errlen, "%s: cannot open suppressions: %s", path, strerror(errno));
         return NULL;
     }
+    /* a directory opens, then reads as an error: say so (a pipe, as from
+     * <(...), is fine) */
+    struct stat st;
+    if (fstat(fileno(f), &st) == 0 && S_ISDIR(st.st_mode)) {
+        snprintf(err, errlen, "%s: is a directory, not a suppressions file", path);
+        fclose(f);
+        return NULL;
+    }
     cs_suppressions *s = calloc(1, sizeof *s);
     size_t cap = 0;
     char *line = NULL;
@@ -166,6 +175,10 @@ cs_suppressions *cs_supp_load(const char *path, char *err, size_t errlen)
         }
         snprintf(r->text, tl, "%s:%s", kname, pat);
         s->n++;
+    }
+    if (ok && ferror(f)) {
+        snprintf(err, errlen, "%s: cannot read suppressions: %s", path, strerror(errno));
+        ok = 0;
     }
     free(line);
     fclose(f);

@@ -1,7 +1,8 @@
 """Calls without the GIL (issue 5): capsule API calls from a thread that
 released the GIL, and a deleter that uses Python when torch calls it
 without the GIL. Both fixtures really do it (tests/fixtures/nogil.c)."""
-from conftest import (SCENARIOS, assert_finding_at, findings, kinds, run_capsan, summarize)
+from conftest import (SCENARIOS, STATIC_PY, assert_finding_at, findings, kinds, run_capsan,
+                      summarize)
 
 S = SCENARIOS / "gil_calls.py"
 
@@ -29,13 +30,14 @@ def test_deleter_uses_python_without_gil(tmp_path):
     assert kinds(res.report) == {"dlpack-deleter-no-gil"}, summarize(res.report)
 
 
-def test_numpy_handler_without_gil(tmp_path):
-    """numpy 1.24's own fromfile(sep=) reads the handler capsule and calls the
-    handler's realloc with the GIL released: warnings at the Python line that
-    read the file. lexsort's scratch buffer, also made without the GIL,
-    comes from the legacy PyDataMem_NEW (no handler): nothing for it."""
+def check_numpy_handler_without_gil(tmp_path, py=STATIC_PY):
+    """numpy's own fromfile(sep=) reads the handler capsule and calls the
+    handler's realloc with the GIL released (1.24 and 2.x): warnings at the
+    Python line that read the file. lexsort's scratch buffer, also made
+    without the GIL, comes from the legacy PyDataMem_NEW (no handler):
+    nothing for it. tests/test_numpy2.py runs this on the numpy 2 venvs."""
     script = SCENARIOS / "np_nogil_numpy.py"
-    res = run_capsan(script, tmp_path)
+    res = run_capsan(script, tmp_path, interpreter=py)
     assert res.returncode == 0 and "sorted 0 99" in res.stdout, res.describe()
     assert "read 5000" in res.stdout, res.describe()
     f = assert_finding_at(res, "numpy-handler-no-gil", script, "fromfile", event="call",
@@ -47,3 +49,7 @@ def test_numpy_handler_without_gil(tmp_path):
              if fr.get("python") and fr.get("file", "").endswith("np_nogil_numpy.py")}
     src = script.read_text().splitlines()
     assert all("fromfile" in src[n - 1] for n in lines), (lines, summarize(res.report))
+
+
+def test_numpy_handler_without_gil(tmp_path):
+    check_numpy_handler_without_gil(tmp_path)

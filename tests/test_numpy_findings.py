@@ -7,20 +7,22 @@ Each test asserts the kind and the scenario line (its `# <-- tag` marker)
 of the event that matters; crashing bugs are also run without capsan to
 show that the crash is the program's own, and that capsan reported the
 finding before it.
+
+Each test here is a check_*(tmp_path, py) run on Debian's python3 (numpy
+1.24); tests/test_numpy2.py runs the same checks on the numpy 2 venvs.
 """
 import signal
 import sys
 
 import pytest
 
-from conftest import (DEFAULT_EXITCODE, SCENARIOS, assert_lsan_stderr, findings, marker_line,
-                      is_signal, kinds, process_of, run_capsan, run_plain)
+from conftest import (DEFAULT_EXITCODE, SCENARIOS, STATIC_PY, assert_lsan_stderr, findings,
+                      marker_line, is_signal, kinds, process_of, run_capsan, run_plain)
 
 sys.path.insert(0, str(SCENARIOS))
-from np_testlib import FIXDIR, PYDIR, assert_at, run_api, summarize_list  # noqa: E402
+from np_testlib import assert_at, np_env, numpy_version, run_api, summarize_list  # noqa: E402
 
 S = SCENARIOS
-PYENV = {"PYTHONPATH": f"{FIXDIR}:{PYDIR}"}
 
 def only(fs, kind, n=None):
     got = {f["kind"] for f in fs or []}
@@ -35,11 +37,11 @@ def report_findings(res):
 
 # ---------------------------------------------------------------- numpy-leak
 
-def test_leak_keep_forever(tmp_path):
+def check_leak_keep_forever(tmp_path, py=STATIC_PY):
     """keep_forever() INCREFs the array and stores it in C: the 8000-byte block
     allocated inside the trace is never freed."""
     script = S / "np_leak.py"
-    r = run_api(script, tmp_path, args=["keep"])
+    r = run_api(script, tmp_path, args=["keep"], interpreter=py)
     assert r.returncode == 0, r.describe()
     assert r.findings is not None, r.describe()
     only(r.findings, "numpy-leak", 1)
@@ -53,10 +55,14 @@ def test_leak_keep_forever(tmp_path):
     assert "kept 1" in r.stdout
 
 
-def test_leak_refcount(tmp_path):
+def test_leak_keep_forever(tmp_path):
+    check_leak_keep_forever(tmp_path)
+
+
+def check_leak_refcount(tmp_path, py=STATIC_PY):
     """new_leaked() returns an array created in C with one reference too many."""
     script = S / "np_leak.py"
-    r = run_api(script, tmp_path, args=["refcount"])
+    r = run_api(script, tmp_path, args=["refcount"], interpreter=py)
     assert r.returncode == 0, r.describe()
     only(r.findings, "numpy-leak", 1)
     f = assert_at(r.findings, "numpy-leak", script, "alloc-refcount", event="alloc")
@@ -67,17 +73,25 @@ def test_leak_refcount(tmp_path):
         + str([fr.get("module") for fr in native]))
 
 
-def test_leak_fixed_is_clean(tmp_path):
-    r = run_api(S / "np_leak.py", tmp_path, args=["released"])
+def test_leak_refcount(tmp_path):
+    check_leak_refcount(tmp_path)
+
+
+def check_leak_fixed_is_clean(tmp_path, py=STATIC_PY):
+    r = run_api(S / "np_leak.py", tmp_path, args=["released"], interpreter=py)
     assert r.returncode == 0, r.describe()
     assert r.findings == [], r.describe()
 
 
-def test_leak_at_exit(tmp_path):
+def test_leak_fixed_is_clean(tmp_path):
+    check_leak_fixed_is_clean(tmp_path)
+
+
+def check_leak_at_exit(tmp_path, py=STATIC_PY):
     """The whole run (capsan run): a block never freed is reported at exit,
     with the allocation line, and the exit status becomes 23."""
     script = S / "np_leak.py"
-    res = run_capsan(script, tmp_path, args=["exit"], env=PYENV)
+    res = run_capsan(script, tmp_path, args=["exit"], env=np_env(py), interpreter=py)
     assert res.returncode == DEFAULT_EXITCODE, res.describe()
     assert "kept 1" in res.stdout
     fs = [f for f in report_findings(res) if f["kind"] == "numpy-leak"]
@@ -87,17 +101,21 @@ def test_leak_at_exit(tmp_path):
     assert_lsan_stderr(res.stderr, "numpy-leak")
 
 
+def test_leak_at_exit(tmp_path):
+    check_leak_at_exit(tmp_path)
+
+
 # ---------------------------------------------------------------- numpy-foreign-free
 
-def test_foreign_free_offset16_really_crashes(tmp_path):
+def check_foreign_free_offset16_really_crashes(tmp_path, py=STATIC_PY):
     """OWNDATA on malloc()+16: numpy's free() is an invalid free and glibc
     aborts. Under capsan the finding is on stderr (and in the trace) before
     the abort, with the line that let the array die."""
     script = S / "np_owndata.py"
-    native = run_plain(script, args=["offset16"], env=PYENV)
+    native = run_plain(script, args=["offset16"], env=np_env(py), interpreter=py)
     assert is_signal(native.returncode, signal.SIGABRT), (native.returncode, native.stderr)
     assert "free(): invalid pointer" in native.stderr, native.stderr
-    res = run_capsan(script, tmp_path, args=["offset16"], env=PYENV)
+    res = run_capsan(script, tmp_path, args=["offset16"], env=np_env(py), interpreter=py)
     assert is_signal(res.returncode, signal.SIGABRT), res.describe()
     assert "survived" not in res.stdout
     err = res.stderr
@@ -109,50 +127,67 @@ def test_foreign_free_offset16_really_crashes(tmp_path):
     assert p["ended"] == "signal" and p["status"] == signal.SIGABRT, p
 
 
-def test_foreign_free_exact_trace(tmp_path):
+def test_foreign_free_offset16_really_crashes(tmp_path):
+    check_foreign_free_offset16_really_crashes(tmp_path)
+
+
+def check_foreign_free_exact_trace(tmp_path, py=STATIC_PY):
     """OWNDATA on a whole malloc'd block: free() succeeds, the program goes on,
     and only capsan says that numpy freed memory no handler allocated."""
     script = S / "np_owndata.py"
-    native = run_plain(script, args=["exact"], env=PYENV)
+    native = run_plain(script, args=["exact"], env=np_env(py), interpreter=py)
     assert native.returncode == 0 and "survived exact" in native.stdout, native.stderr
-    r = run_api(script, tmp_path, args=["exact", "trace"])
+    r = run_api(script, tmp_path, args=["exact", "trace"], interpreter=py)
     assert r.returncode == 0 and "survived exact" in r.stdout, r.describe()
     only(r.findings, "numpy-foreign-free", 1)
     f = assert_at(r.findings, "numpy-foreign-free", script, "free-exact", event="free")
     assert "PyCapsule" in f["message"], f"the message should name the fix: {f['message']}"
 
 
-def test_foreign_free_exact_whole_run(tmp_path):
+def test_foreign_free_exact_trace(tmp_path):
+    check_foreign_free_exact_trace(tmp_path)
+
+
+def check_foreign_free_exact_whole_run(tmp_path, py=STATIC_PY):
     script = S / "np_owndata.py"
-    res = run_capsan(script, tmp_path, args=["exact"], env=PYENV)
+    res = run_capsan(script, tmp_path, args=["exact"], env=np_env(py), interpreter=py)
     assert res.returncode == DEFAULT_EXITCODE and "survived exact" in res.stdout, res.describe()
     assert kinds(res.report) == {"numpy-foreign-free"}, res.describe()
     assert_at(report_findings(res), "numpy-foreign-free", script, "free-exact", event="free")
     assert_lsan_stderr(res.stderr, "numpy-foreign-free")
 
 
-def test_foreign_memory_through_a_capsule_base_is_clean(tmp_path):
+def test_foreign_free_exact_whole_run(tmp_path):
+    check_foreign_free_exact_whole_run(tmp_path)
+
+
+def check_foreign_memory_through_a_capsule_base_is_clean(tmp_path, py=STATIC_PY):
     """The fix the finding names: a PyCapsule base frees the block."""
-    r = run_api(S / "np_owndata.py", tmp_path, args=["capsule", "trace"])
+    r = run_api(S / "np_owndata.py", tmp_path, args=["capsule", "trace"], interpreter=py)
     assert r.returncode == 0 and "survived capsule" in r.stdout, r.describe()
     assert r.findings == [], r.describe()
-    res = run_capsan(S / "np_owndata.py", tmp_path / "run", args=["capsule"], env=PYENV)
+    res = run_capsan(S / "np_owndata.py", tmp_path / "run", args=["capsule"], env=np_env(py),
+                     interpreter=py)
     assert res.returncode == 0 and res.report is not None, res.describe()
     assert findings(res.report) == [], res.describe()
     # the block was seen made and freed (capsan was watching)
     assert process_of(res.report)["summary"]["events"] >= 2, res.describe()
 
 
+def test_foreign_memory_through_a_capsule_base_is_clean(tmp_path):
+    check_foreign_memory_through_a_capsule_base_is_clean(tmp_path)
+
+
 # ---------------------------------------------------------------- numpy-double-free
 
-def test_double_free_really_crashes(tmp_path):
+def check_double_free_really_crashes(tmp_path, py=STATIC_PY):
     """PyDataMem_FREE() on an array's data, OWNDATA left set: numpy frees the
     1024-byte block again and glibc aborts; capsan names both frees first."""
     script = S / "np_owndata.py"
-    native = run_plain(script, args=["double"], env=PYENV)
+    native = run_plain(script, args=["double"], env=np_env(py), interpreter=py)
     assert is_signal(native.returncode, signal.SIGABRT), (native.returncode, native.stderr)
     assert "double free" in native.stderr, native.stderr
-    res = run_capsan(script, tmp_path, args=["double"], env=PYENV)
+    res = run_capsan(script, tmp_path, args=["double"], env=np_env(py), interpreter=py)
     assert is_signal(res.returncode, signal.SIGABRT), res.describe()
     err = res.stderr
     assert "numpy-double-free" in err and err.index("numpy-double-free") < err.index("double free "), err
@@ -162,10 +197,14 @@ def test_double_free_really_crashes(tmp_path):
     assert_at(fs, "numpy-double-free", script, "alloc-double", event="alloc")
 
 
-def test_double_free_trace(tmp_path):
+def test_double_free_really_crashes(tmp_path):
+    check_double_free_really_crashes(tmp_path)
+
+
+def check_double_free_trace(tmp_path, py=STATIC_PY):
     """The same inside capsan.trace() (no preload): reported before the abort."""
     script = S / "np_owndata.py"
-    r = run_api(script, tmp_path, args=["double", "trace"])
+    r = run_api(script, tmp_path, args=["double", "trace"], interpreter=py)
     assert is_signal(r.returncode, signal.SIGABRT), r.describe()
     assert "ERROR: capsan: numpy-double-free" in r.stderr, r.describe()
     assert r.stderr.index("numpy-double-free") < r.stderr.index("double free "), r.stderr
@@ -174,34 +213,45 @@ def test_double_free_trace(tmp_path):
     assert line in r.stderr[:r.stderr.index("double free ")], r.stderr
 
 
+def test_double_free_trace(tmp_path):
+    check_double_free_trace(tmp_path)
+
+
 # ---------------------------------------------------------------- numpy-stale-handler
 
-def test_stale_handler_swapped_in_place(tmp_path):
+def check_stale_handler_swapped_in_place(tmp_path, py=STATIC_PY):
     """The handler struct is overwritten (its free function replaced) while an
     array allocated through it is alive: the free is through a changed handler."""
     script = S / "np_stale.py"
-    res = run_capsan(script, tmp_path, args=["swap"], env=PYENV)
+    res = run_capsan(script, tmp_path, args=["swap"], env=np_env(py), interpreter=py)
     assert res.returncode == DEFAULT_EXITCODE and "survived swap" in res.stdout, res.describe()
     fs = report_findings(res)
     assert kinds(res.report) == {"numpy-stale-handler"}, res.describe()
     assert_at(fs, "numpy-stale-handler", script, "free", event="free")
     assert_at(fs, "numpy-stale-handler", script, "alloc", event="alloc")
     assert_lsan_stderr(res.stderr, "numpy-stale-handler")
-    r = run_api(script, tmp_path / "api", args=["swap", "trace"])
+    r = run_api(script, tmp_path / "api", args=["swap", "trace"], interpreter=py)
     assert r.returncode == 0 and "survived swap" in r.stdout, r.describe()
     only(r.findings, "numpy-stale-handler", 1)
     assert_at(r.findings, "numpy-stale-handler", script, "free", event="free")
 
 
-def test_stale_handler_struct_freed(tmp_path):
+def test_stale_handler_swapped_in_place(tmp_path):
+    check_stale_handler_swapped_in_place(tmp_path)
+
+
+def check_stale_handler_struct_freed(tmp_path, py=STATIC_PY):
     """The PyDataMem_Handler struct is free()d while an array still uses it.
     Whether the program then survives depends on whether malloc reused the
     168 bytes before numpy reads the free function from them (a real
-    use-after-free); the finding must be there, before any crash."""
+    use-after-free); the finding must be there, before any crash. Without
+    capsan, numpy 1.24 survives it; numpy 2.4 on CPython 3.11 dies of it
+    (SIGSEGV): either is the program's own doing."""
     script = S / "np_stale.py"
-    native = run_plain(script, args=["struct"], env=PYENV)
-    assert native.returncode == 0 and "survived struct" in native.stdout, native.stderr
-    res = run_capsan(script, tmp_path, args=["struct"], env=PYENV)
+    native = run_plain(script, args=["struct"], env=np_env(py), interpreter=py)
+    assert ((native.returncode == 0 and "survived struct" in native.stdout)
+            or is_signal(native.returncode, signal.SIGSEGV)), (native.returncode, native.stderr)
+    res = run_capsan(script, tmp_path, args=["struct"], env=np_env(py), interpreter=py)
     fs = report_findings(res)
     assert_at(fs, "numpy-stale-handler", script, "free", event="free")
     assert kinds(res.report) == {"numpy-stale-handler"}, res.describe()
@@ -212,19 +262,27 @@ def test_stale_handler_struct_freed(tmp_path):
         assert "numpy-stale-handler" in res.stderr, res.describe()
 
 
-def test_stale_handler_ctx_freed(tmp_path):
+def test_stale_handler_struct_freed(tmp_path):
+    check_stale_handler_struct_freed(tmp_path)
+
+
+def check_stale_handler_ctx_freed(tmp_path, py=STATIC_PY):
     """The handler struct is intact, but free() was called on its ctx while
     arrays it made were alive: freeing them through it is stale (capsan
     watches free() of every known handler's ctx)."""
     script = S / "np_stale.py"
-    res = run_capsan(script, tmp_path, args=["ctx"], env=PYENV)
+    res = run_capsan(script, tmp_path, args=["ctx"], env=np_env(py), interpreter=py)
     assert "survived ctx" in res.stdout, res.describe()
     f = assert_at(report_findings(res), "numpy-stale-handler", script, "free", event="free")
     assert "ctx was freed" in f["message"], f["message"]
     assert res.returncode == DEFAULT_EXITCODE, res.describe()
 
 
-def test_exit_leaks_grouped_live(tmp_path):
+def test_stale_handler_ctx_freed(tmp_path):
+    check_stale_handler_ctx_freed(tmp_path)
+
+
+def check_exit_leaks_grouped_live(tmp_path, py=STATIC_PY):
     """At exit the live stderr report groups leaks by where they were made,
     as LeakSanitizer does: one block for 20 arrays from one line, one for
     the array from another, largest first; the summary still counts 21."""
@@ -235,7 +293,7 @@ def test_exit_leaks_grouped_live(tmp_path):
         "    L.keep_forever(np.ones(100))  # 800 bytes each\n"
         "L.keep_forever(np.ones(3))\n"
     )
-    res = run_capsan(src, tmp_path, env=PYENV, options=["fast_unwind=0"])
+    res = run_capsan(src, tmp_path, env=np_env(py), interpreter=py, options=["fast_unwind=0"])
     assert res.returncode == DEFAULT_EXITCODE, res.describe()
     heads = [ln for ln in res.stderr.splitlines() if "ERROR: capsan: numpy-leak" in ln]
     # the first calls of a line can take another C path before CPython
@@ -250,6 +308,10 @@ def test_exit_leaks_grouped_live(tmp_path):
     assert "21 error(s)" in res.stderr and "leaked in 21 object(s)" in res.stderr, res.stderr[-800:]
 
 
+def test_exit_leaks_grouped_live(tmp_path):
+    check_exit_leaks_grouped_live(tmp_path)
+
+
 # ---------------------------------------------------------------- numpy-bad-handler
 
 BAD = {
@@ -261,15 +323,24 @@ BAD = {
 }
 
 
-@pytest.mark.parametrize("mode", sorted(BAD))
-def test_bad_handler_whole_run(tmp_path, mode):
+def check_bad_handler_whole_run(tmp_path, mode, py=STATIC_PY):
     """Installed with PyDataMem_SetHandler: numpy 1.24 accepts every one of
-    them; capsan reports it at the install line."""
+    them; capsan reports it at the install line. numpy >= 2.1 refuses the
+    misnamed capsule itself (ValueError: "Capsule must be named
+    'mem_handler'", PR #26529) and installs nothing: nothing to report."""
     tag, word, shows = BAD[mode]
     script = S / "np_bad_handler.py"
-    native = run_plain(script, args=[mode], env=PYENV)
+    if mode == "misnamed" and numpy_version(py) >= (2, 1):
+        for res in (run_plain(script, args=[mode], env=np_env(py), interpreter=py),
+                    run_capsan(script, tmp_path, args=[mode], env=np_env(py), interpreter=py)):
+            assert res.returncode == 0, getattr(res, "describe", lambda: res.stderr)()
+            assert "refused ValueError Capsule must be named 'mem_handler'" in res.stdout
+            assert "survived misnamed" in res.stdout
+        assert findings(res.report) == [], res.describe()
+        return
+    native = run_plain(script, args=[mode], env=np_env(py), interpreter=py)
     assert native.returncode == 0 and shows in native.stdout, (native.stdout, native.stderr)
-    res = run_capsan(script, tmp_path, args=[mode], env=PYENV)
+    res = run_capsan(script, tmp_path, args=[mode], env=np_env(py), interpreter=py)
     assert res.returncode == DEFAULT_EXITCODE and shows in res.stdout, res.describe()
     assert kinds(res.report) == {"numpy-bad-handler"}, res.describe()
     f = assert_at(report_findings(res), "numpy-bad-handler", script, tag)
@@ -279,10 +350,20 @@ def test_bad_handler_whole_run(tmp_path, mode):
     # depends on an import racing the pending error, so it is not asserted
 
 
-def test_bad_handler_trace(tmp_path):
+@pytest.mark.parametrize("mode", sorted(BAD))
+def test_bad_handler_whole_run(tmp_path, mode):
+    check_bad_handler_whole_run(tmp_path, mode)
+
+
+def check_bad_handler_trace(tmp_path, py=STATIC_PY):
     """`import capsan` after numpy: the runtime recognises numpy's
     current_allocator ContextVar by name at its first Set."""
     script = S / "np_bad_handler.py"
-    r = run_api(script, tmp_path, args=["v2", "trace"])
+    r = run_api(script, tmp_path, args=["v2", "trace"], interpreter=py)
     assert r.returncode == 0 and "survived v2" in r.stdout, r.describe()
     assert_at(r.findings, "numpy-bad-handler", script, "install-v2")
+
+
+def test_bad_handler_trace(tmp_path):
+    check_bad_handler_trace(tmp_path)
+

@@ -1,19 +1,32 @@
-"""numpy's own NEP 49 and DLPack suites, from the installed python3-numpy
-(numpy/core/tests/test_mem_policy.py and test_dlpack.py), run with capsan
-active: they must pass, and the only findings allowed are the true
-OWNDATA misuse of test_mem_policy.py::test_switch_owner.
+"""numpy's own NEP 49 and DLPack suites, test_mem_policy.py and
+test_dlpack.py as the installed numpy ships them, run with capsan active:
+numpy 1.24 (Debian's python3-numpy, numpy/core/tests/) and numpy 2.4 (the
+cp311 venv's wheel, numpy/_core/tests/). They must pass, and the only
+findings allowed are the true OWNDATA misuses of
+test_mem_policy.py::test_switch_owner, the same on both.
 
 Why test_switch_owner is a real bug, not noise: its extension builds an
 array on `malloc(20)` without a handler (PyArray_NewFromDescr with data),
 then sets NPY_ARRAY_OWNDATA on it (`set_own`); when the array dies, numpy
 frees data no handler allocated with plain free() -- the NEP 49 misuse the
-test exists to exercise (numpy warns about it only when
-NUMPY_WARN_IF_NO_MEM_POLICY=1). capsan reports it as numpy-foreign-free,
-once per parametrization (policy "0", "1", None): exactly three findings.
+test exists to exercise. numpy warns about it only when asked: numpy 1.24
+when NUMPY_WARN_IF_NO_MEM_POLICY=1 at that moment, numpy 2 when the flag
+read at import (or set by _set_numpy_warn_if_no_mem_policy, which the
+"0"/"1" cases do) is on. capsan reports it as numpy-foreign-free, once per
+parametrization (policy "0", "1", None): exactly three findings, each
+freed inside test_switch_owner.
+
+What else numpy 2's files do, and why it is no finding: test_set_policy
+also installs a capsule named "not_mem_handler", which numpy 2 refuses
+itself (ValueError), so nothing is installed; test_owner_is_base hands
+malloc'd memory over through a PyCapsule base, the correct way.
 
 test_new_policy reruns numpy's whole core suite through a shifting NEP 49
-handler (over five minutes natively): `make test` deselects it, `make
-check-numpy` (CAPSAN_CHECK_NUMPY=1) runs it.
+handler (several minutes natively): `make test` deselects it, `make
+check-numpy` (CAPSAN_CHECK_NUMPY=1) runs it. numpy 2 marks it skip ("too
+slow", gh-23975); check-numpy runs it anyway (the np_unskip plugin), with
+hypothesis, which numpy 2's own conftest imports, installed once into a
+cache next to the venvs when the venv lacks it.
 """
 import json
 import os
@@ -23,39 +36,74 @@ from pathlib import Path
 
 import pytest
 
-from conftest import (CAPSAN, FIXDIR, LIBCAPSAN, STATIC_PY, base_env,
-                      capsan_report, no_core, summarize, trace_files)
+from conftest import (CAPSAN, LIBCAPSAN, SCENARIOS, STATIC_PY, base_env, capsan_report,
+                      current_python, fixdir_for, no_core, summarize, trace_files)
 
-sys.path.insert(0, str(Path(__file__).resolve().parent / "scenarios"))
+sys.path.insert(0, str(SCENARIOS))
 from np_testlib import PYDIR, require_np  # noqa: E402
 
-import numpy  # noqa: E402  (the installed python3-numpy, as the subprocesses see it)
-
-NPTESTS = Path(numpy.__file__).parent / "core" / "tests"
-MEM_POLICY = NPTESTS / "test_mem_policy.py"
-DLPACK = NPTESTS / "test_dlpack.py"
 SWITCH_OWNER = {"test_switch_owner[0]", "test_switch_owner[1]", "test_switch_owner[None]"}
 SLOW = os.environ.get("CAPSAN_CHECK_NUMPY") == "1"
+# Debian's numpy 1.24, and numpy 2.4 in the cp311 venv
+NUMPYS = ["static", "cp311"]
+DEPS = Path(os.environ.get("CAPSAN_VENVS") or Path.home() / ".cache" / "capsan" / "venvs").parent
 
 
-def run_suite(tmp_path, extra_args, *, mode, options=(), timeout=300):
-    """pytest on numpy's two files. mode: "plugin" (LD_PRELOAD + the plugin with
-    --capsan) or "run" (`capsan run`, no plugin)."""
-    require_np()
-    assert MEM_POLICY.exists() and DLPACK.exists(), NPTESTS
-    e = base_env()
-    e["PYTHONPATH"] = f"{PYDIR}:{FIXDIR}"
+def suite_python(tag):
+    return STATIC_PY if tag == "static" else current_python(tag)
+
+
+def numpy_tests(py) -> Path:
+    """numpy's own tests directory as the installed numpy ships it:
+    numpy/_core/tests in numpy 2, numpy/core/tests in 1.x."""
+    cp = subprocess.run([str(py), "-c", "import numpy; print(numpy.__file__)"],
+                        capture_output=True, text=True, timeout=60, env=base_env())
+    assert cp.returncode == 0, cp.stderr
+    root = Path(cp.stdout.strip()).parent
+    for sub in ("_core", "core"):
+        d = root / sub / "tests"
+        if (d / "test_mem_policy.py").exists() and (d / "test_dlpack.py").exists():
+            return d
+    pytest.fail(f"no test_mem_policy.py / test_dlpack.py under {root} (the wheel ships them)",
+                pytrace=False)
+
+
+def hypothesis_path(py, tag):
+    """A directory with hypothesis for `py` (numpy 2's own conftest imports
+    it; test_new_policy runs numpy's suite through it), or None when the
+    interpreter has it. Installed once with pip into a cache."""
+    if subprocess.run([str(py), "-c", "import hypothesis"], capture_output=True,
+                      env=base_env()).returncode == 0:
+        return None
+    d = DEPS / "np-test-deps" / tag
+    if not (d / "hypothesis").is_dir():
+        cp = subprocess.run([str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check",
+                             "--target", str(d), "hypothesis"], capture_output=True, text=True,
+                            timeout=600)
+        assert cp.returncode == 0, f"pip could not install hypothesis into {d}:\n{cp.stderr}"
+    return d
+
+
+def run_suite(tmp_path, extra_args, *, mode, tag, options=(), timeout=300, pythonpath=()):
+    """pytest on numpy's two files with `tag`'s interpreter. mode: "plugin"
+    (LD_PRELOAD + the plugin with --capsan) or "run" (`capsan run`, no
+    plugin). Returns (CompletedProcess, report, tests dir)."""
+    py = suite_python(tag)
+    require_np(py)
+    tests = numpy_tests(py)
+    e = base_env(None, py)
+    e["PYTHONPATH"] = ":".join(map(str, [PYDIR, fixdir_for(py), SCENARIOS, *pythonpath]))
     opts = [f"log_path={tmp_path / 't'}", "exitcode=0", *options]
     args = ["-m", "pytest", "-p", "no:cacheprovider", "-q", "-rfE",
-            str(MEM_POLICY), str(DLPACK), *extra_args]
+            str(tests / "test_mem_policy.py"), str(tests / "test_dlpack.py"), *extra_args]
     if mode == "plugin":
         e["LD_PRELOAD"] = str(LIBCAPSAN)
         e["CAPSAN_OPTIONS"] = ":".join(opts)
-        cmd = [str(STATIC_PY), *args]
+        cmd = [str(py), *args]
     else:
         e["CAPSAN_OPTIONS"] = ":".join(opts[1:])
         e["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
-        cmd = [str(CAPSAN), "run", "--log-path", str(tmp_path / "t"), "--", str(STATIC_PY), *args]
+        cmd = [str(CAPSAN), "run", "--log-path", str(tmp_path / "t"), "--", str(py), *args]
     cp = subprocess.run(cmd, capture_output=True, text=True, env=e, timeout=timeout,
                         cwd=str(tmp_path), stdin=subprocess.DEVNULL, preexec_fn=no_core)
     report = None
@@ -64,7 +112,7 @@ def run_suite(tmp_path, extra_args, *, mode, options=(), timeout=300):
         report = capsan_report(traces)[1]
     cp.describe = (f"command: {' '.join(cmd)}\nrc={cp.returncode}\n--- stdout\n{cp.stdout[-6000:]}"
                    f"\n--- stderr\n{cp.stderr[-4000:]}\n--- trace findings\n{summarize(report)}")
-    return cp, report
+    return cp, report, tests
 
 
 def frames_in(finding, path):
@@ -72,27 +120,28 @@ def frames_in(finding, path):
             if fr.get("python") and Path(fr.get("file") or "").name == path.name]
 
 
-def check_switch_owner_findings(all_findings, describe):
+def check_switch_owner_findings(all_findings, mem_policy, describe):
     """Exactly one numpy-foreign-free per test_switch_owner parametrization,
     freed inside test_switch_owner; nothing else."""
     kinds = sorted({f["kind"] for f in all_findings})
     assert kinds == ["numpy-foreign-free"], f"unexpected kinds {kinds}\n{describe}"
     assert len(all_findings) == 3, f"{len(all_findings)} findings, expected 3\n{describe}"
     for f in all_findings:
-        fr = frames_in(f, MEM_POLICY)
+        fr = frames_in(f, mem_policy)
         assert fr and fr[0]["function"] == "test_switch_owner", (
             f"a foreign free outside test_switch_owner: {fr}\n{describe}")
 
 
-def test_numpy_suites_with_the_plugin(tmp_path):
+@pytest.mark.parametrize("tag", NUMPYS)
+def test_numpy_suites_with_the_plugin(tmp_path, tag):
     """LD_PRELOAD + `-p capsan.pytest_plugin --capsan`: every numpy test runs
     in its own trace scope; the JSON report says which test each finding
     belongs to."""
     out = tmp_path / "capsan.json"
-    cp, report = run_suite(tmp_path, ["-p", "capsan.pytest_plugin", "--capsan",
-                                      "--capsan-allow=numpy-foreign-free",
-                                      f"--capsan-report={out}", "-k", "not test_new_policy"],
-                           mode="plugin")
+    cp, report, tests = run_suite(tmp_path, ["-p", "capsan.pytest_plugin", "--capsan",
+                                             "--capsan-allow=numpy-foreign-free",
+                                             f"--capsan-report={out}", "-k",
+                                             "not test_new_policy"], mode="plugin", tag=tag)
     assert cp.returncode == 0, cp.describe
     assert "passed" in cp.stdout and " failed" not in cp.stdout, cp.describe
     rep = json.loads(out.read_text())
@@ -100,64 +149,79 @@ def test_numpy_suites_with_the_plugin(tmp_path):
     with_findings = {t["nodeid"].split("::")[-1]: t["findings"] for t in rep["tests"]
                      if t["findings"]}
     assert set(with_findings) == SWITCH_OWNER, f"{sorted(with_findings)}\n{cp.describe}"
-    check_switch_owner_findings([f for fs in with_findings.values() for f in fs], cp.describe)
+    mem_policy = tests / "test_mem_policy.py"
+    check_switch_owner_findings([f for fs in with_findings.values() for f in fs], mem_policy,
+                                cp.describe)
     assert rep["outside_tests"] == [], rep["outside_tests"]
     # the runtime's own record of the whole process agrees
     assert report is not None, cp.describe
     check_switch_owner_findings([f for p in report["processes"] for f in p["findings"]],
-                                cp.describe)
+                                mem_policy, cp.describe)
 
 
-def test_numpy_suites_under_capsan_run(tmp_path):
+@pytest.mark.parametrize("tag", NUMPYS)
+def test_numpy_suites_under_capsan_run(tmp_path, tag):
     """`capsan run` alone (global tracking, no plugin, no tracing handler):
     the same three findings, and the suites pass."""
-    cp, report = run_suite(tmp_path, ["-k", "not test_new_policy"], mode="run")
+    cp, report, tests = run_suite(tmp_path, ["-k", "not test_new_policy"], mode="run", tag=tag)
     assert cp.returncode == 0, cp.describe
     assert " failed" not in cp.stdout, cp.describe
     assert report is not None, cp.describe
     p, = report["processes"]
     assert p["summary"]["events"] > 1000, p["summary"]
-    check_switch_owner_findings(p["findings"], cp.describe)
+    check_switch_owner_findings(p["findings"], tests / "test_mem_policy.py", cp.describe)
 
 
-def reads_with_fromfile(finding):
-    """A no-GIL warning raised inside numpy's own np.fromfile(sep=...) call in
-    one of numpy's test files."""
+def reads_text(finding, tests):
+    """A no-GIL warning raised inside numpy's own np.fromfile(..., sep=...)
+    or np.fromstring(..., sep=...) call in one of numpy's test files."""
     for ev in finding["events"]:
         for fr in ev["stack"]:
             path = Path(fr.get("file") or "")
-            if fr.get("python") and path.parent == NPTESTS and path.exists():
+            if fr.get("python") and path.parent == tests and path.exists():
                 line = path.read_text().splitlines()[fr["line"] - 1]
-                if "np.fromfile(" in line:
+                if "fromfile(" in line or "fromstring(" in line:
                     return True
     return False
 
 
 @pytest.mark.skipif(not SLOW, reason="test_new_policy takes > 5 min: run by `make check-numpy`")
-def test_new_policy_under_capsan_run(tmp_path):
+@pytest.mark.parametrize("tag", NUMPYS)
+def test_new_policy_under_capsan_run(tmp_path, tag):
     """numpy's whole core suite through the shifting handler, under capsan run.
 
     Expected, and why:
     - numpy-foreign-free in test_switch_owner (the nested run includes it
       again), see the module docstring;
-    - capsule-no-gil and numpy-handler-no-gil warnings from
-      test_deprecations.py's np.fromfile(f, sep=","): numpy 1.24 grows the
-      buffer with PyDataMem_UserRENEW inside NPY_BEGIN_ALLOW_THREADS, so it
-      reads the handler capsule and calls the handler's realloc without the
-      GIL (tests/test_gil.py shows the same outside the suite).
+    - capsule-no-gil and numpy-handler-no-gil warnings from numpy's own
+      text reader, np.fromfile(f, sep=",") (1.24: test_deprecations.py)
+      or np.fromstring(s, sep=" ") (2.4: test_longdouble.py), whichever
+      the suite reaches first: numpy grows the buffer with
+      PyDataMem_UserRENEW inside NPY_BEGIN_ALLOW_THREADS, so it reads the
+      handler capsule and calls the handler's realloc without the GIL
+      (tests/test_gil.py shows the same outside the suite). One warning per
+      call site: the capsule read, and the realloc's Untrack and Track.
     Nothing else: no leaks (void scalars parked in numpy's small-block cache
     are still reachable, not leaked), no other warnings."""
-    cp, report = run_suite(tmp_path, ["-k", "test_new_policy"], mode="run", timeout=3600)
+    py = suite_python(tag)
+    extra = ["-k", "test_new_policy"]
+    deps = []
+    if tag != "static":
+        extra = ["-p", "np_unskip", *extra]
+        deps = [d for d in [hypothesis_path(py, tag)] if d]
+    cp, report, tests = run_suite(tmp_path, extra, mode="run", tag=tag, timeout=5400,
+                                  pythonpath=deps)
     assert cp.returncode == 0, cp.describe
     assert "1 passed" in cp.stdout, cp.describe
     fs = [f for p in (report or {"processes": []})["processes"] for f in p["findings"]]
+    mem_policy = tests / "test_mem_policy.py"
     foreign = [f for f in fs if f["kind"] == "numpy-foreign-free"
-               and frames_in(f, MEM_POLICY)
-               and frames_in(f, MEM_POLICY)[0]["function"] == "test_switch_owner"]
+               and frames_in(f, mem_policy)
+               and frames_in(f, mem_policy)[0]["function"] == "test_switch_owner"]
     nogil = [f for f in fs if f["kind"] in ("capsule-no-gil", "numpy-handler-no-gil")
-             and f["severity"] == "warning" and reads_with_fromfile(f)]
+             and f["severity"] == "warning" and reads_text(f, tests)]
     bad = [f for f in fs if f not in foreign and f not in nogil]
     assert not bad, "unexpected findings\n" + cp.describe
     assert len(foreign) == 3, cp.describe
-    assert sorted(f["kind"] for f in nogil) == ["capsule-no-gil", "numpy-handler-no-gil"], \
-        cp.describe
+    assert sorted(f["kind"] for f in nogil) == ["capsule-no-gil", "numpy-handler-no-gil",
+                                                "numpy-handler-no-gil"], cp.describe

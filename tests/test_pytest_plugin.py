@@ -8,6 +8,7 @@ import json
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 from conftest import (DEFAULT_EXITCODE, FIXDIR, LIBCAPSAN, ROOT, STATIC_PY, base_env,
                       marker_line, no_core)
@@ -242,13 +243,16 @@ def test_loading_the_plugin_does_not_start_the_runtime(tmp_path):
 
 def test_installed_tree(tmp_path):
     """`make install PREFIX=...`: the package, the dist-info and the runtime
-    land under PREFIX; `pytest --capsan` works with PREFIX/lib/capsan/python
-    on PYTHONPATH and binds PREFIX/lib/libcapsan.so."""
+    land under PREFIX; `pytest --capsan` works with the package's site dir
+    (pyhook/install_tree.py --print-site) on PYTHONPATH and binds
+    PREFIX/lib/libcapsan.so. (tests/test_install.py covers the layout.)"""
     prefix = tmp_path / "prefix"
-    mk = subprocess.run(["make", "-s", "-o", "all", "-C", str(ROOT), "install", f"PREFIX={prefix}"],
+    mk = subprocess.run(["make", "-s", "-o", "all", "-C", str(ROOT), "install", f"PREFIX={prefix}",
+                         f"PYTHON={STATIC_PY}", "DESTDIR="],
                         capture_output=True, text=True, timeout=120)
     assert mk.returncode == 0, mk.stdout + mk.stderr
-    pyd = prefix / "lib" / "capsan" / "python"
+    pyd = Path(subprocess.check_output([str(STATIC_PY), str(ROOT / "pyhook" / "install_tree.py"),
+                                        "--print-site", "--prefix", str(prefix)], text=True).strip())
     assert (pyd / "capsan" / "pytest_plugin.py").exists()
     assert (pyd / "capsan-0.1.dist-info" / "entry_points.txt").exists()
     assert (prefix / "lib" / "libcapsan.so").exists()

@@ -7,9 +7,13 @@ slots, so the library is looked up in this order and never loaded twice:
 2. already mapped by anyone else (a dlopen with RTLD_LOCAL): re-open that
    very file with RTLD_NOLOAD;
 3. the file named by $CAPSAN_LIB;
-4. the file beside this package: build/python/capsan -> build/lib/libcapsan.so
-   (checkout build), PREFIX/lib/capsan/python/capsan -> PREFIX/lib/libcapsan.so
-   (`make install`).
+4. the file installed with this very package, as its installer recorded it
+   in the dist-info's RECORD: `pip install .` (the wheel's data file,
+   PREFIX/lib/libcapsan.so beside PREFIX/bin/capsan) and `make install`
+   (PREFIX/lib/libcapsan.so) both write one;
+5. the file beside this package: build/python/capsan -> build/lib/libcapsan.so
+   (checkout build), PREFIX/lib/pythonX.Y/site-packages/capsan ->
+   PREFIX/lib/libcapsan.so (an installed tree without a RECORD).
 
 The library is loaded with ctypes.PyDLL, so every call keeps the GIL (the
 runtime's Python-facing entry points need it) and a Python exception set by
@@ -25,7 +29,7 @@ _NAME = "libcapsan.so"
 # relative to this package's directory
 _CANDIDATES = (
     os.path.join("..", "..", "lib", _NAME),        # build/python/capsan -> build/lib
-    os.path.join("..", "..", "..", _NAME),         # PREFIX/lib/capsan/python/capsan -> PREFIX/lib
+    os.path.join("..", "..", "..", _NAME),         # PREFIX/lib/pythonX.Y/site-packages/capsan -> PREFIX/lib
 )
 
 
@@ -57,6 +61,31 @@ def _same_file(a: str, b: str) -> bool:
         return False
 
 
+def _recorded() -> str | None:
+    """The libcapsan.so named in the RECORD of the dist-info beside this
+    package, the one its installer wrote with it (the checkout build's
+    dist-info has none). Read directly: importlib.metadata costs more than
+    the rest of `import capsan`."""
+    site = os.path.dirname(_HERE)
+    try:
+        infos = [n for n in os.listdir(site)
+                 if n.startswith("capsan-") and n.endswith(".dist-info")]
+    except OSError:
+        return None
+    for info in infos:
+        try:
+            with open(os.path.join(site, info, "RECORD"), encoding="utf-8") as f:
+                paths = [line.split(",")[0] for line in f]
+        except OSError:
+            continue
+        if "capsan/_lib.py" not in paths:
+            continue
+        for rel in paths:
+            if os.path.basename(rel) == _NAME:
+                return os.path.normpath(os.path.join(site, rel))
+    return None
+
+
 def _locate() -> tuple[ctypes.PyDLL, str, str]:
     """(library, path, how it was found)."""
     env = os.environ.get("CAPSAN_LIB") or None
@@ -77,10 +106,17 @@ def _locate() -> tuple[ctypes.PyDLL, str, str]:
         if hasattr(lib, "capsan_start"):
             _warn_if_other(env, path)
             return lib, path, "already loaded"
-    # 3./4. load it
+    # 3./4./5. load it
     tried = []
-    paths = [env] if env else [os.path.normpath(os.path.join(_HERE, c)) for c in _CANDIDATES]
-    for path in paths:
+    if env:
+        paths, how = [env], ["CAPSAN_LIB"]
+    else:
+        rec = _recorded()
+        paths = ([rec] if rec else []) + [os.path.normpath(os.path.join(_HERE, c))
+                                          for c in _CANDIDATES]
+        how = (["installed with the package"] if rec else []) + \
+            ["beside the package"] * len(_CANDIDATES)
+    for path, found in zip(paths, how):
         tried.append(path)
         if not os.path.exists(path):
             continue
@@ -90,7 +126,7 @@ def _locate() -> tuple[ctypes.PyDLL, str, str]:
             raise CapsanLoadError(f"capsan: cannot load {path}: {e}") from e
         if not hasattr(lib, "capsan_start"):
             raise CapsanLoadError(f"capsan: {path} is not libcapsan.so (no capsan_start)")
-        return lib, os.path.abspath(path), "CAPSAN_LIB" if env else "beside the package"
+        return lib, os.path.abspath(path), found
     raise CapsanLoadError(
         "capsan: libcapsan.so not found (tried " + ", ".join(tried) + "); build it with "
         "`make`, or set CAPSAN_LIB=/path/to/libcapsan.so")

@@ -33,7 +33,11 @@ allocated through it. The struct, the ctypes callbacks, their thunks and
 ``ctx`` are owned by a registry entry keyed by the capsule's address, which
 the capsule's destructor releases, so a handler dropped by the user lives
 exactly until its last array is freed: no stale handler through this API
-(rulebook R28). The 168-byte struct itself is never reused for another
+(rulebook R28). The entry holds a reference of its own that only the
+destructor drops: at interpreter exit, module teardown clears this module's
+registry before numpy frees the arrays other modules' C statics keep (numpy
+2 imports numpy.random lazily, and its module data is allocated through
+whatever handler is current then). The 168-byte struct itself is never reused for another
 handler (capsan keys what it knows about a handler by its address).
 
 Context locality (NEP 49, rulebook R31). numpy keeps the current handler in
@@ -108,6 +112,10 @@ _Capsule_GetName = _py.PyCapsule_GetName
 _Capsule_GetName.restype, _Capsule_GetName.argtypes = c_void_p, [py_object]
 _Capsule_IsValid = _py.PyCapsule_IsValid
 _Capsule_IsValid.restype, _Capsule_IsValid.argtypes = c_int, [py_object, ctypes.c_char_p]
+_IncRef = _py.Py_IncRef
+_IncRef.restype, _IncRef.argtypes = None, [py_object]
+_DecRef = _py.Py_DecRef
+_DecRef.restype, _DecRef.argtypes = None, [py_object]
 
 _lib_lock = threading.Lock()
 _api = None  # (set_handler, get_handler, where)
@@ -151,6 +159,17 @@ def libcapsan():
     return None
 
 
+def _np_core(name):
+    """numpy's private core module `name`: numpy._core.NAME in numpy 2
+    (numpy.core is a shim there that warns on every attribute), else
+    numpy.core.NAME (numpy 1.x)."""
+    import importlib
+    try:
+        return importlib.import_module("numpy._core." + name)
+    except ImportError:
+        return importlib.import_module("numpy.core." + name)
+
+
 def _numpy_api():
     """(set, get, where): numpy's PyDataMem_SetHandler / GetHandler, through
     libcapsan's capsan_set_handler / capsan_get_handler when it is there
@@ -161,7 +180,7 @@ def _numpy_api():
     with _lib_lock:
         if _api is not None:
             return _api
-        import numpy.core._multiarray_umath as mu
+        mu = _np_core("_multiarray_umath")
         from . import _lib
         s = g = None
         where = "numpy"
@@ -181,7 +200,7 @@ def _numpy_api():
                 s = g = None
         if s is None:
             # numpy's own API table (what import_array() reads): the
-            # _ARRAY_API capsule is unnamed in numpy 1.x
+            # _ARRAY_API capsule is unnamed in numpy 1.x and 2.x
             cap = mu._ARRAY_API
             name = _Capsule_GetName(cap)
             gp = _py.PyCapsule_GetPointer
@@ -225,11 +244,13 @@ _handlers: dict[int, _State] = {}
 _graveyard: list = []  # structs of dead handlers: their addresses are never reused
 
 
-def _handler_capsule_destructor(cap, _handlers=_handlers, _graveyard=_graveyard):
+def _handler_capsule_destructor(cap, _handlers=_handlers, _graveyard=_graveyard,
+                                _DecRef=_DecRef):
     # The capsule dies when the user and the last array using it let go.
     st = _handlers.pop(cap, None)
     if st is None:
         return
+    _DecRef(st)  # allocator()'s own reference
     st.info.alive = False
     _graveyard.append(st.struct)
     st.thunks.free()
@@ -284,7 +305,9 @@ _RaiserProto = CFUNCTYPE(None)
 def report_unraisable(exc: BaseException, name: str = "?", kind: str = "?") -> None:
     """Hand exc to sys.unraisablehook the way CPython does for a callback
     that cannot raise: through a ctypes callback that raises it, which
-    ctypes reports with PyErr_WriteUnraisable."""
+    ctypes reports with PyErr_WriteUnraisable. The hook's object is the
+    callback, named 'capsan allocator NAME: KIND' (3.10-3.12); 3.13 names it
+    in err_msg instead and passes None as the object."""
     _RaiserProto(_Unraisable(name, kind, exc))()
 
 
@@ -363,7 +386,7 @@ def allocator(name: str, malloc=None, calloc=None, realloc=None, free=None, *, c
     """A new version-1 ``"mem_handler"`` capsule (see the module docstring).
 
     name     -- the handler's name (at most 126 UTF-8 bytes), what
-                ``np.core.multiarray.get_handler_name(arr)`` reports
+                numpy's ``get_handler_name(arr)`` reports
     malloc, calloc, realloc, free -- Python callables, C functions (ctypes
                 function pointers or addresses) or None (libc's)
     ctx      -- passed as the first argument: the ``ctx`` field for C
@@ -455,6 +478,7 @@ def allocator(name: str, malloc=None, calloc=None, realloc=None, free=None, *, c
         thunks.free()
         raise
     _handlers[id(cap)] = state
+    _IncRef(state)  # dropped by the destructor only (see Lifetime)
     if DEVICES[info.device] != DEVICES["cpu"]:
         # the runtime reports this memory exported through DLPack as plain
         # CPU (dlpack-device-mismatch)
@@ -465,6 +489,7 @@ def allocator(name: str, malloc=None, calloc=None, realloc=None, free=None, *, c
 
 
 _NAME_BUF = ctypes.create_string_buffer(MEM_HANDLER_NAME)  # immortal: R2
+_IncRef(_NAME_BUF)  # module teardown must not free it either
 _NAME_BUF_ADDR = ctypes.addressof(_NAME_BUF)
 
 
@@ -514,12 +539,12 @@ def using(handler):
 def handler_name(arr=None):
     """The name of the handler that owns arr's data (None for a view or an
     array that does not own its data), or of the current handler."""
-    from numpy.core.multiarray import get_handler_name
+    get_handler_name = _np_core("multiarray").get_handler_name
     return get_handler_name() if arr is None else get_handler_name(arr)
 
 
 def handler_version(arr=None):
-    from numpy.core.multiarray import get_handler_version
+    get_handler_version = _np_core("multiarray").get_handler_version
     return get_handler_version() if arr is None else get_handler_version(arr)
 
 

@@ -11,6 +11,14 @@ For an object with ``__dlpack__`` it asks for a capsule the way a current
 consumer does (``max_version=(1, 3)`` first, then without on TypeError:
 rulebook R14), reads it and drops it unconsumed, so the producer's own
 destructor releases the tensor (R3): nothing leaks and nothing is renamed.
+A versioned capsule shows its version and flags (READ_ONLY, IS_COPIED,
+IS_SUBBYTE_TYPE_PADDED); ``copy=True`` / ``copy=False`` is passed on to
+``__dlpack__`` and the flags are held to it (R21, R24).
+
+numpy's owner capsule of an imported array (``arr.base`` after
+``np.from_dlpack``, named ``numpy_dltensor`` or ``numpy_dltensor_versioned``)
+is read as well: it shows the tensor numpy holds, and the producer named is
+the module of its deleter.
 For a raw capsule it reads the struct with the capsule's current name and
 never consumes it, unless ``consume=True``: then it renames the capsule to
 ``used_*`` and calls the deleter, as a consumer that is done would.
@@ -258,8 +266,8 @@ def _check_tensor(d: dict, add) -> None:
     if t["data"] == 0 and n:
         add("R17", FAIL, f"data is NULL with {n} elements")
     elif t["byte_offset"]:
-        add("R17", WARN, f"byte_offset {t['byte_offset']}: torch (1.13 through 2.x) ignores "
-            f"it and reads from data")
+        add("R17", WARN, f"byte_offset {t['byte_offset']}: torch before 2.13 ignores it and "
+            f"reads from data")
     else:
         add("R17", OK, "" if not t["data"] else f"data {d['alignment']}-byte aligned "
             f"(256 is advisory)")
@@ -321,8 +329,13 @@ def _read(cap, d: dict, add) -> None:
             dtor["wrapped_by_capsan"] = True
             c["destructor"] = dtor
     d["producer"] = None if _is_capsan(dtor) else dtor["module"]
-    if v.name not in (D.CAPSULE_NAME, D.VERSIONED_CAPSULE_NAME, D.USED_CAPSULE_NAME,
-                      D.USED_VERSIONED_CAPSULE_NAME):
+    if v.owner:
+        # numpy's capsule of an imported array: numpy is the consumer, the
+        # deleter names the producer (below)
+        c["owner"] = dtor["module"]
+        d["producer"] = None
+    elif v.name not in (D.CAPSULE_NAME, D.VERSIONED_CAPSULE_NAME, D.USED_CAPSULE_NAME,
+                        D.USED_VERSIONED_CAPSULE_NAME):
         add("R1", FAIL, f"capsule name {v.name!r} is not a DLPack name")
         return
     if v.consumed:
@@ -335,9 +348,13 @@ def _read(cap, d: dict, add) -> None:
     if not _readable(v.pointer, size):
         add("R1", FAIL, f"the capsule's pointer {v.pointer:#x} does not point to readable memory")
         return
-    add("R1", OK, "")
-    add("R3", OK if v.destructor else WARN,
-        "" if v.destructor else "no destructor: the tensor leaks unless someone consumes it")
+    if v.owner:
+        add("R1", OK, "numpy's owner capsule of an imported array: the tensor is on loan to "
+            "numpy until the array dies")
+    else:
+        add("R1", OK, "")
+        add("R3", OK if v.destructor else WARN,
+            "" if v.destructor else "no destructor: the tensor leaks unless someone consumes it")
     m = v.managed
     d["manager_ctx"] = m.manager_ctx or 0
     deleter = ctypes.cast(m.deleter, c_void_p).value or 0
@@ -349,7 +366,8 @@ def _read(cap, d: dict, add) -> None:
             dsym = symbolize(orig)
             dsym["wrapped_by_capsan"] = True
     d["deleter"] = dsym
-    if d["producer"] is None and dsym["module"] and not v.destructor and not _is_capsan(dsym):
+    if d["producer"] is None and dsym["module"] and (not v.destructor or v.owner) \
+            and not _is_capsan(dsym):
         d["producer"] = dsym["module"]
     add("R10", OK if deleter else WARN,
         "" if deleter else "deleter is NULL: the data must be immortal")
@@ -396,7 +414,7 @@ def _read(cap, d: dict, add) -> None:
     _check_tensor(d, add)
 
 
-def describe(obj, consume: bool = False, *, max_version="auto") -> Description:
+def describe(obj, consume: bool = False, *, max_version="auto", copy=None) -> Description:
     """Describe a DLPack capsule, or the capsule an object's ``__dlpack__`` makes.
 
     consume      -- raw capsule only: after reading, consume it as a consumer
@@ -405,12 +423,16 @@ def describe(obj, consume: bool = False, *, max_version="auto") -> Description:
     max_version  -- objects: "auto" asks for (1, 3) and retries without on
                     TypeError (R14); None asks for a legacy capsule; a tuple
                     asks for that.
+    copy         -- objects: passed to ``__dlpack__(copy=...)`` when not None;
+                    a versioned answer must then say IS_COPIED exactly when
+                    copy is True (R21, R24)
     """
     d = {"source": None, "object_type": None, "capsule": {}, "producer": None,
          "wrapped_by_capsan": False, "version": None, "flags": None, "flag_names": None,
          "tensor": None, "elements": None, "nbytes": None, "alignment": None,
          "manager_ctx": None, "deleter": None, "requested_max_version": None,
-         "dlpack_device": None, "consumed_by_describe": False, "producer_hint": None, "checks": [], "verdict": OK}
+         "dlpack_device": None, "consumed_by_describe": False, "producer_hint": None,
+         "requested_copy": None, "checks": [], "verdict": OK}
 
     def add(rule, verdict, message):
         d["checks"].append({"rule": rule, "verdict": verdict, "message": message})
@@ -424,8 +446,9 @@ def describe(obj, consume: bool = False, *, max_version="auto") -> Description:
         d["source"] = "object"
         t = type(obj)
         d["object_type"] = f"{t.__module__}.{t.__qualname__}"
-        cap, asked = _get_capsule(obj, max_version)
+        cap, asked = _get_capsule(obj, max_version, copy)
         d["requested_max_version"] = list(asked) if asked else None
+        d["requested_copy"] = copy
         try:
             _read(cap, d, add)
             if d["producer"] is None:
@@ -439,6 +462,14 @@ def describe(obj, consume: bool = False, *, max_version="auto") -> Description:
                 add("R14", FAIL, f"major version {got[0]} above the requested {asked[0]}")
             else:
                 add("R14", OK, "" if asked else "producer does not take max_version: legacy")
+            if copy is not None and d["flags"] is not None:
+                copied = bool(d["flags"] & D.IS_COPIED)
+                if copied == bool(copy):
+                    add("R24", OK, "")
+                else:
+                    add("R24", FAIL, "__dlpack__(copy=True) answered without IS_COPIED (a copy "
+                        "must say so)" if copy else
+                        "__dlpack__(copy=False) answered with IS_COPIED (it must never copy)")
             if hasattr(obj, "__dlpack_device__") and d["tensor"]:
                 dev = tuple(obj.__dlpack_device__())
                 d["dlpack_device"] = list(dev)
@@ -460,15 +491,18 @@ def describe(obj, consume: bool = False, *, max_version="auto") -> Description:
     return Description(d)
 
 
-def _get_capsule(obj, max_version):
+def _get_capsule(obj, max_version, copy=None):
+    kw = {} if copy is None else {"copy": bool(copy)}
     if max_version == "auto":
         try:
-            return obj.__dlpack__(max_version=D.DLPACK_VERSION), D.DLPACK_VERSION
+            return obj.__dlpack__(max_version=D.DLPACK_VERSION, **kw), D.DLPACK_VERSION
         except TypeError:
+            if kw:
+                raise
             return obj.__dlpack__(), None
     if max_version is None:
-        return obj.__dlpack__(), None
-    return obj.__dlpack__(max_version=tuple(max_version)), tuple(max_version)
+        return obj.__dlpack__(**kw), None
+    return obj.__dlpack__(max_version=tuple(max_version), **kw), tuple(max_version)
 
 
 class _Once:
@@ -536,6 +570,8 @@ def _render(d: dict) -> str:
     if c.get("consumed"):
         kind = "consumed"
     head = f"DLPack capsule {name!r} ({kind})"
+    if c.get("owner"):
+        head += f" held by {c['owner']} (an imported array's base)"
     if d["producer"]:
         head += f" from {d['producer']}"
     elif d.get("producer_hint"):
@@ -543,9 +579,12 @@ def _render(d: dict) -> str:
     elif d["wrapped_by_capsan"]:
         head += " (its destructor is wrapped by capsan)"
     if d["object_type"]:
-        head += f"  [{d['object_type']}.__dlpack__" + (
-            f"(max_version={tuple(d['requested_max_version'])})]"
-            if d["requested_max_version"] else "()]")
+        args = []
+        if d["requested_max_version"]:
+            args.append(f"max_version={tuple(d['requested_max_version'])}")
+        if d.get("requested_copy") is not None:
+            args.append(f"copy={d['requested_copy']}")
+        head += f"  [{d['object_type']}.__dlpack__({', '.join(args)})]"
     lines = [head]
     t = d.get("tensor")
     if t:

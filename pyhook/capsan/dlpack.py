@@ -127,6 +127,9 @@ CAPSULE_NAME = "dltensor"
 USED_CAPSULE_NAME = "used_dltensor"
 VERSIONED_CAPSULE_NAME = "dltensor_versioned"
 USED_VERSIONED_CAPSULE_NAME = "used_dltensor_versioned"
+# numpy's own capsule holding a tensor it imported (the base of the array
+# np.from_dlpack made): alive as long as the array, it calls the deleter
+OWNER_CAPSULE_NAMES = ("numpy_dltensor", "numpy_dltensor_versioned")
 
 # ---------------------------------------------------------------- structures
 
@@ -362,6 +365,9 @@ class CapsuleView:
     ``managed`` is the DLManagedTensor or DLManagedTensorVersioned laid over
     the capsule's pointer (None for a consumed capsule: after a rename to
     ``used_*`` the consumer owns the struct and may already have freed it).
+    numpy's owner capsules (``numpy_dltensor*``, the base of an array that
+    np.from_dlpack made) are read too: ``owner`` is True, and the struct
+    lives as long as that capsule does.
     """
 
     def __init__(self, cap):
@@ -371,8 +377,9 @@ class CapsuleView:
         self.versioned = bool(self.name and self.name.endswith("_versioned"))
         self.consumed = bool(self.name and self.name.startswith("used_"))
         self.managed = None
-        if self.pointer and not self.consumed and self.name in (CAPSULE_NAME,
-                                                                VERSIONED_CAPSULE_NAME):
+        self.owner = self.name in OWNER_CAPSULE_NAMES
+        if self.pointer and not self.consumed and (
+                self.name in (CAPSULE_NAME, VERSIONED_CAPSULE_NAME) or self.owner):
             t = DLManagedTensorVersioned if self.versioned else DLManagedTensor
             self.managed = t.from_address(self.pointer)
 
@@ -614,6 +621,7 @@ __all__ = [n for n in dir() if n.startswith(("kDL", "DL", "DLPACK_"))] + [
     "READ_ONLY", "IS_COPIED", "IS_SUBBYTE_TYPE_PADDED", "KNOWN_FLAGS", "FLAG_NAMES",
     "DEVICE_NAMES", "DTYPE_CODE_NAMES", "HOST_DEVICES", "FIXED_BITS", "CAPSULE_NAME",
     "USED_CAPSULE_NAME", "VERSIONED_CAPSULE_NAME", "USED_VERSIONED_CAPSULE_NAME",
+    "OWNER_CAPSULE_NAMES",
     "PyCapsule_Destructor", "Py_buffer", "CapsuleView", "Exporter", "read_capsule",
     "capsule_name", "capsule_pointer", "capsule_destructor", "capsule_context",
     "tensor_fields", "to_managed", "to_capsule", "live_exports", "stats", "device_name",

@@ -18,6 +18,9 @@ import threading
 from ctypes import c_size_t, c_void_p
 
 import numpy as np
+# numpy 2 imports numpy.random lazily, at first use: its module data would
+# come from the handler installed then (numpy 1.x imports it with numpy)
+import numpy.random  # noqa: F401
 
 import importlib
 
@@ -70,7 +73,7 @@ def s_realloc(p, n):
 
 def s_free(p, size):
     if not p:
-        st["null_frees"] += 1  # np.sort does free(NULL, n) (R29)
+        st["null_frees"] += 1  # numpy 1.24's np.sort does free(NULL, n) (R29)
         return
     with lock:
         n = live.pop(p, None)
@@ -86,7 +89,7 @@ def s_free(p, size):
 
 h = A.allocator(NAME, malloc=s_malloc, calloc=s_calloc, realloc=s_realloc, free=s_free)
 info = A.handler_info(h)
-res = {"api": A._numpy_api()[2].split(" ")[0]}
+res = {"api": A._numpy_api()[2].split(" ")[0], "numpy": np.__version__}
 name = A.handler_name
 
 # test_set_policy / test_default_policy_singleton
@@ -231,8 +234,11 @@ res["error_paths"] = errs
 # an allocator that raises: MemoryError for numpy, the exception to sys.unraisablehook
 seen = []
 old_hook = sys.unraisablehook
-sys.unraisablehook = lambda u: seen.append((type(u.exc_value).__name__, str(u.exc_value),
-                                             repr(u.object)))
+# the allocator is the hook's object (3.10-3.12), or named at the end of
+# err_msg with no object (3.13: "... ctypes callback function <capsan ...>")
+sys.unraisablehook = lambda u: seen.append((
+    type(u.exc_value).__name__, str(u.exc_value),
+    repr(u.object) if u.object is not None else (u.err_msg or "").rpartition(" function ")[2]))
 
 
 def flaky_malloc(n):

@@ -14,6 +14,9 @@ import subprocess
 import sys
 
 import numpy as np
+# numpy 2 imports numpy.random lazily, at first use: its module data would
+# come from the handler installed then (numpy 1.x imports it with numpy)
+import numpy.random  # noqa: F401
 
 import importlib
 

@@ -24,10 +24,11 @@ import threading
 import numpy as np
 
 import np_aligned as A
+from np_common import multiarray
 
 mode = sys.argv[1] if len(sys.argv) > 1 else "run"
 only = sys.argv[2:] or ["aligned", "threads", "asyncio", "views", "ops", "voids"]
-handler_name = np.core.multiarray.get_handler_name
+handler_name = multiarray().get_handler_name
 
 
 def in_scope(traced, run):

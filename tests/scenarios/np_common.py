@@ -4,6 +4,16 @@ repr/report bits the tests check."""
 import json
 
 
+def multiarray():
+    """numpy's multiarray module: numpy._core.multiarray in numpy 2 (where
+    numpy.core warns on every attribute), numpy.core.multiarray in 1.x."""
+    try:
+        from numpy._core import multiarray as m
+    except ImportError:
+        from numpy.core import multiarray as m
+    return m
+
+
 def emit(t):
     fs = t.findings
     print("CAPSAN-REPR " + json.dumps([repr(f) for f in fs]), flush=True)

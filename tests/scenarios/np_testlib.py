@@ -5,30 +5,50 @@ test_pytest_plugin.py): run a scenario with the importable package
     r = run_api(SCENARIOS / "np_leak.py", tmp_path, args=["keep"])
     r.findings          # the finding dicts the scenario's trace printed (np_common.emit)
     assert_at(r.findings, "numpy-leak", script, "alloc-keep", event="alloc")
+
+Every helper takes the interpreter (Debian's /usr/bin/python3 by default, or
+a current-stack venv's python: conftest.current_python) and uses the
+fixtures built for it (conftest.fixdir_for).
 """
 from __future__ import annotations
 
+import functools
 import json
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from conftest import (BUILD, FIXDIR, STATIC_PY, TIMEOUT, base_env, marker_line, no_core,
-                      require, require_fixtures, script_path, trace_files)
+from conftest import (BUILD, FIXDIR, STATIC_PY, TIMEOUT, base_env, fixdir_for, marker_line,
+                      no_core, require, require_fixtures, script_path, trace_files)
 
 PYDIR = BUILD / "python"
 NP_FIXTURES = ["np_leaky", "np_foreign", "np_stalehandler", "np_badhandler", "np_aligned"]
 
 
-def require_np():
+def require_np(interpreter=STATIC_PY):
     require_fixtures()
     require(PYDIR / "capsan" / "__init__.py", BUILD / "lib" / "libcapsan.so",
-            *(FIXDIR / f"{n}.so" for n in NP_FIXTURES))
+            *(fixdir_for(interpreter) / f"{n}.so" for n in NP_FIXTURES))
 
 
-def api_env(tmp: Path, options=(), extra=None) -> dict:
+def np_env(interpreter=STATIC_PY) -> dict:
+    """env= for run_capsan / run_plain: the fixtures built for `interpreter`
+    and build/python on PYTHONPATH."""
+    return {"PYTHONPATH": f"{fixdir_for(interpreter)}:{PYDIR}"}
+
+
+@functools.lru_cache(maxsize=None)
+def numpy_version(interpreter=STATIC_PY) -> tuple:
+    """(major, minor) of the numpy `interpreter` imports."""
+    cp = subprocess.run([str(interpreter), "-c", "import numpy; print(numpy.__version__)"],
+                        capture_output=True, text=True, timeout=TIMEOUT, env=base_env())
+    assert cp.returncode == 0, cp.stderr
+    return tuple(int(x) for x in cp.stdout.strip().split(".")[:2])
+
+
+def api_env(tmp: Path, options=(), extra=None, interpreter=STATIC_PY) -> dict:
     e = base_env(extra)
-    e["PYTHONPATH"] = f"{PYDIR}:{FIXDIR}"
+    e["PYTHONPATH"] = f"{PYDIR}:{fixdir_for(interpreter)}"
     e["CAPSAN_OPTIONS"] = ":".join([f"log_path={Path(tmp) / 't'}", *options])
     if extra:
         e.update(extra)
@@ -53,14 +73,14 @@ class ApiResult:
 
 def run_api(script, tmp: Path, *, args=(), options=(), interpreter=STATIC_PY, env=None,
             timeout=TIMEOUT) -> ApiResult:
-    """Run `interpreter script args` with build/python and build/tests on
-    PYTHONPATH, CAPSAN_OPTIONS=log_path=tmp/t:options, no preload."""
-    require_np()
+    """Run `interpreter script args` with build/python and the interpreter's
+    fixtures on PYTHONPATH, CAPSAN_OPTIONS=log_path=tmp/t:options, no preload."""
+    require_np(interpreter)
     tmp = Path(tmp)
     script = script_path(script, tmp, "api")
     cmd = [str(interpreter), str(script), *map(str, args)]
     cp = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
-                        env=api_env(tmp, options, env), stdin=subprocess.DEVNULL,
+                        env=api_env(tmp, options, env, interpreter), stdin=subprocess.DEVNULL,
                         preexec_fn=no_core, cwd=str(tmp))
     fs = reprs = None
     for line in cp.stdout.splitlines():

@@ -91,6 +91,81 @@ static void test_not_renamed_then_destructor(void)
     cs_lc_destroy(lc);
 }
 
+static unsigned ev_x(cs_lifecycle *lc, int kind, uint64_t obj, uint64_t a, uint8_t flags,
+                     uint32_t extra)
+{
+    static uint64_t t = 1000;
+    cs_event e = {.kind = (uint8_t)kind, .obj = obj, .a = a, .flags = flags, .time_ns = ++t,
+                  .b = 0x1234, .c = 64, .extra = extra};
+    return cs_lc_event(lc, &e);
+}
+
+/* JAX copies unaligned data, releases the tensor, then renames the capsule
+ * (and clears its destructor): late, but the name protects it */
+static void test_delete_then_rename_is_clean(void)
+{
+    cs_lifecycle *lc = fresh(0);
+    ev(lc, CS_EV_EXPORT, MT, CAP, 0);
+    unsigned v = ev(lc, CS_EV_DELETE, MT, 0, 0);
+    CHECK(v & CS_VERDICT_UNRENAMED, "a delete under an unconsumed name is flagged to the runtime");
+    ev(lc, CS_EV_CONSUME, MT, CAP, 0);
+    cs_lc_finish(lc, CS_END_EXIT);
+    CHECK(ngot == 0, "delete then rename reported %d finding(s), first kind %d", ngot,
+          ngot ? got[0].kind : -1);
+    cs_lc_destroy(lc);
+}
+
+/* the consumer released and never renamed; the capsule died with no
+ * destructor to delete again, at exit still alive, or read again */
+static void test_not_renamed_confirmed_later(void)
+{
+    cs_lifecycle *lc = fresh(0);
+    ev(lc, CS_EV_EXPORT, MT, CAP, 0);
+    ev(lc, CS_EV_DELETE, MT, 0, 0);
+    CHECK(ngot == 0, "not judged at the delete yet");
+    ev_x(lc, CS_EV_DESTROY, MT, CAP, 0, CS_DESTROY_NO_DTOR);
+    CHECK(ngot == 1 && got[0].kind == CS_KIND_DLPACK_NOT_RENAMED && got[0].nevents == 3,
+          "dlpack-not-renamed at the capsule's death: %d, kind %d", ngot, ngot ? got[0].kind : -1);
+    cs_lc_destroy(lc);
+
+    lc = fresh(0);
+    ev(lc, CS_EV_EXPORT, MT, CAP, 0);
+    ev(lc, CS_EV_DELETE, MT, 0, 0);
+    cs_lc_finish(lc, CS_END_EXIT);
+    CHECK(ngot == 1 && got[0].kind == CS_KIND_DLPACK_NOT_RENAMED,
+          "dlpack-not-renamed at exit for a capsule still alive: %d", ngot);
+    cs_lc_destroy(lc);
+
+    lc = fresh(0);
+    ev(lc, CS_EV_EXPORT, MT, CAP, 0);
+    ev(lc, CS_EV_DELETE, MT, 0, 0);
+    ev(lc, CS_EV_GETPTR, MT, CAP, 0);
+    ev(lc, CS_EV_DELETE, MT, CAP, CS_EVF_IN_DTOR);
+    CHECK(ngot == 1 && got[0].kind == CS_KIND_DLPACK_NOT_RENAMED,
+          "one dlpack-not-renamed for a read then the destructor's delete: %d", ngot);
+    cs_lc_destroy(lc);
+}
+
+/* a destructor that took the pointer by the unconsumed name and released
+ * it without the deleter field (JAX's) released it; one that did not take
+ * it leaked it */
+static void test_destructor_took_the_tensor(void)
+{
+    cs_lifecycle *lc = fresh(0);
+    ev(lc, CS_EV_EXPORT, MT, CAP, 0);
+    ev_x(lc, CS_EV_DESTROY, MT, CAP, 0, CS_DESTROY_TOOK);
+    cs_lc_finish(lc, CS_END_EXIT);
+    CHECK(ngot == 0, "a destructor that took the tensor: %d finding(s)", ngot);
+    CHECK(cs_lc_live(lc) == 0, "%zu live", cs_lc_live(lc));
+    cs_lc_destroy(lc);
+    lc = fresh(0);
+    ev(lc, CS_EV_EXPORT, MT, CAP, 0);
+    ev_x(lc, CS_EV_DESTROY, MT, CAP, 0, 0);
+    CHECK(ngot == 1 && got[0].kind == CS_KIND_DLPACK_LEAK && got[0].detail == CS_LEAK_DESTROYED,
+          "an empty destructor leaks: %d", ngot);
+    cs_lc_destroy(lc);
+}
+
 static void test_unchecked_destructor(void)
 {
     for (int protect = 0; protect <= 1; protect++) {
@@ -287,6 +362,9 @@ int main(void)
     test_clean_exchange();
     test_double_delete();
     test_not_renamed_then_destructor();
+    test_delete_then_rename_is_clean();
+    test_not_renamed_confirmed_later();
+    test_destructor_took_the_tensor();
     test_unchecked_destructor();
     test_leaks();
     test_null_deleter_never_leaks();

@@ -65,6 +65,9 @@ int main(void)
     CHECK(cs_probe_store((void **)page, page) && *(void **)page == page,
           "refused by seccomp: the store is made");
     CHECK(!cs_probe_read((void *)(uintptr_t)16, 8), "refused by seccomp: the zero page still is not");
+    free(fresh);
+    free(heap);
+    munmap(map, (size_t)pg * 3);
     printf("test_probe: %d passed, %d failed\n", checks - failures, failures);
     return failures != 0;
 }
