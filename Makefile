@@ -25,7 +25,9 @@ RT_SRC   := $(wildcard preload/*.c) $(RT_SHARED)
 RT_OBJ   := $(patsubst %.c,$(B)/obj/rt/%.o,$(RT_SRC))
 # the report tool
 CLI_SRC  := $(filter-out $(RT_SHARED),$(wildcard reports/*.c))
-CLI_OBJ  := $(patsubst %.c,$(B)/obj/cli/%.o,$(CLI_SRC) preload/lifecycle.c preload/options.c $(RT_SHARED))
+# the finding model the CLI shares with the runtime
+MODEL_SRC := preload/lifecycle.c preload/objtable.c preload/findtext.c
+CLI_OBJ  := $(patsubst %.c,$(B)/obj/cli/%.o,$(CLI_SRC) $(MODEL_SRC) preload/options.c $(RT_SHARED))
 CLI_LIBS := -ldw -lelf -lm
 FIX_SRC  := $(wildcard tests/fixtures/*.c)
 # fixtures are built per interpreter: build/tests for $(PYTHON), and
@@ -83,9 +85,10 @@ $(B)/tests/pyshared: tests/pyshared.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -I$(PYINC) -o $@ $< -lpython3.11
 
-$(B)/tests/unit/%: tests/unit/%.c tests/unit/check.h preload/names.h preload/probe.c preload/probe.h $(B)/obj/cli/preload/lifecycle.o $(B)/obj/cli/reports/render.o
+MODEL_OBJ := $(patsubst %.c,$(B)/obj/cli/%.o,$(MODEL_SRC))
+$(B)/tests/unit/%: tests/unit/%.c tests/unit/check.h preload/names.h preload/probe.c preload/probe.h $(MODEL_OBJ) $(B)/obj/cli/reports/render.o
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -Ipreload -Ireports -o $@ $< preload/probe.c $(B)/obj/cli/preload/lifecycle.o $(B)/obj/cli/reports/render.o
+	$(CC) $(CFLAGS) -Ipreload -Ireports -o $@ $< preload/probe.c $(MODEL_OBJ) $(B)/obj/cli/reports/render.o
 
 fixtures: $(FIX_SO) $(B)/tests/pyshared $(UNIT_BIN)
 fixture-sos: $(FIX_SO)
@@ -158,7 +161,7 @@ FZ           := $(B)/fuzz
 SAN_FLAGS    := -fsanitize=address,undefined -fno-sanitize-recover=all
 SAN_CFLAGS   := -O1 -g -std=c11 -D_GNU_SOURCE $(WARN) -fno-omit-frame-pointer -Ipreload -Ireports
 HDRS         := $(wildcard preload/*.h preload/*.inc reports/*.h)
-FUZZ_OBJ     := $(patsubst %.c,$(FZ)/obj/%.o,tests/fuzz/fuzz_report.c $(CLI_SRC) preload/lifecycle.c \
+FUZZ_OBJ     := $(patsubst %.c,$(FZ)/obj/%.o,tests/fuzz/fuzz_report.c $(CLI_SRC) $(MODEL_SRC) \
                   preload/options.c $(RT_SHARED))
 ASAN_CLI_OBJ := $(patsubst $(B)/obj/%,$(B)/asan/obj/%,$(CLI_OBJ))
 ASAN_RT_OBJ  := $(patsubst $(B)/obj/%,$(B)/asan/obj/%,$(RT_OBJ))
@@ -209,11 +212,12 @@ $(B)/asan/obj/cli/%.o: %.c $(HDRS)
 $(B)/asan/bin/capsan: $(ASAN_CLI_OBJ)
 	@mkdir -p $(dir $@)
 	$(SAN_CC) $(SAN_FLAGS) -o $@ $(ASAN_CLI_OBJ) $(CLI_LIBS)
+ASAN_MODEL_OBJ := $(patsubst %.c,$(B)/asan/obj/cli/%.o,$(MODEL_SRC))
 $(B)/asan/tests/unit/%: tests/unit/%.c tests/unit/check.h preload/names.h preload/probe.c preload/probe.h \
-    $(B)/asan/obj/cli/preload/lifecycle.o $(B)/asan/obj/cli/reports/render.o
+    $(ASAN_MODEL_OBJ) $(B)/asan/obj/cli/reports/render.o
 	@mkdir -p $(dir $@)
 	$(SAN_CC) $(SAN_CFLAGS) $(SAN_FLAGS) -o $@ $< preload/probe.c \
-	  $(B)/asan/obj/cli/preload/lifecycle.o $(B)/asan/obj/cli/reports/render.o
+	  $(ASAN_MODEL_OBJ) $(B)/asan/obj/cli/reports/render.o
 $(B)/asan/obj/rt/%.o: %.c $(HDRS)
 	@mkdir -p $(dir $@)
 	$(SAN_CC) $(SAN_CFLAGS) $(SAN_FLAGS) -fPIC -fvisibility=hidden -c $< -o $@

@@ -1,0 +1,240 @@
+/* Finding kinds (kinds.inc) and the words reports use for findings and
+ * events. */
+#include "lifecycle.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static const struct {
+    const char *name;
+    int sev;
+    const char *help;
+} kinds[CS_KIND_COUNT] = {
+    [CS_KIND_NONE] = {"none", 0, ""},
+#define KIND(e, n, s, h) [CS_KIND_##e] = {n, s, h},
+#include "kinds.inc"
+#undef KIND
+};
+
+const char *cs_kind_name(int k) { return k > 0 && k < CS_KIND_COUNT ? kinds[k].name : "unknown"; }
+int cs_kind_severity(int k) { return k > 0 && k < CS_KIND_COUNT ? kinds[k].sev : 0; }
+const char *cs_kind_help(int k) { return k > 0 && k < CS_KIND_COUNT ? kinds[k].help : ""; }
+
+int cs_kind_from_name(const char *name)
+{
+    for (int k = 1; k < CS_KIND_COUNT; k++)
+        if (strcmp(kinds[k].name, name) == 0)
+            return k;
+    return CS_KIND_NONE;
+}
+
+const char *cs_event_name(const cs_event *ev)
+{
+    switch (ev->kind) {
+    case CS_EV_EXPORT: return "export";
+    case CS_EV_OWN: return "own";
+    case CS_EV_CONSUME: return "consume";
+    case CS_EV_GETPTR_USED:
+    case CS_EV_GETPTR: return "reconsume";
+    case CS_EV_NO_GIL: return "call";
+    case CS_EV_DEVICE: return "alloc";
+    case CS_EV_DELETE: return "delete";
+    case CS_EV_DESTROY: return "destroy";
+    case CS_EV_BAD_TENSOR: return "check";
+    case CS_EV_NP_ALLOC: return "alloc";
+    case CS_EV_NP_FREE: return "free";
+    case CS_EV_NP_HANDLER: return "handler";
+    case CS_EV_NP_FOREIGN_FREE: return "free";
+    case CS_EV_NP_REACHABLE: return "reachable";
+    }
+    return "event";
+}
+
+const char *cs_event_phrase(const cs_finding *f, int i)
+{
+    const cs_event *ev = &f->events[i];
+    int earlier = 0;
+    for (int j = 0; j < i; j++)
+        if (f->events[j].kind == ev->kind)
+            earlier++;
+    switch (ev->kind) {
+    case CS_EV_EXPORT: return earlier ? "exported again at" : "exported at";
+    case CS_EV_OWN: return "wrapped in numpy's numpy_dltensor capsule at";
+    case CS_EV_CONSUME: return earlier ? "consumed again at" : "consumed at";
+    case CS_EV_GETPTR_USED: return "pointer taken from the consumed capsule at";
+    case CS_EV_GETPTR: return "pointer taken again at";
+    case CS_EV_NO_GIL: return "called without the GIL at";
+    case CS_EV_DEVICE: return "its data was allocated by that handler at";
+    case CS_EV_DELETE:
+        if (ev->flags & CS_EVF_SKIPPED)
+            return "deleter call skipped (protect=1) at";
+        if (ev->flags & CS_EVF_IN_DTOR)
+            return earlier ? "deleted again by the capsule destructor at"
+                           : "deleted by the capsule destructor at";
+        return earlier ? "deleted again at" : "deleted at";
+    case CS_EV_DESTROY: return "capsule destroyed at";
+    case CS_EV_BAD_TENSOR: return "checked at";
+    case CS_EV_NP_ALLOC: return "allocated at";
+    case CS_EV_NP_FREE: return earlier ? "freed again at" : "freed at";
+    case CS_EV_NP_HANDLER: return "handler installed at";
+    case CS_EV_NP_FOREIGN_FREE: return "freed with libc free() by numpy at";
+    }
+    return "at";
+}
+
+const char *cs_finding_object_type(const cs_finding *f)
+{
+    switch (f->kind) {
+    case CS_KIND_NUMPY_BAD_HANDLER: return "PyDataMem_Handler";
+    case CS_KIND_NUMPY_LEAK:
+    case CS_KIND_NUMPY_DOUBLE_FREE:
+    case CS_KIND_NUMPY_FOREIGN_FREE:
+    case CS_KIND_NUMPY_STALE_HANDLER:
+    case CS_KIND_NUMPY_HANDLER_NO_GIL: return "numpy data";
+    case CS_KIND_CAPSULE_NO_GIL:
+    case CS_KIND_DLPACK_DELETER_NO_GIL: return "call site";
+    }
+    for (int i = 0; i < f->nevents; i++)
+        if (f->events[i].kind == CS_EV_EXPORT)
+            return (f->events[i].aux & CS_DLV_VERSIONED) ? "DLManagedTensorVersioned"
+                                                          : "DLManagedTensor";
+    return "DLManagedTensor";
+}
+
+static const char *bad_text(uint32_t d)
+{
+    switch (d) {
+    case CS_BAD_NULL_POINTER: return "the capsule holds a NULL pointer (R1)";
+    case CS_BAD_UNREADABLE: return "the capsule's pointer does not point to readable memory (R1)";
+    case CS_BAD_UNREADABLE_SHAPE: return "shape does not point to readable memory (R15)";
+    case CS_BAD_NDIM: return "ndim is negative or absurdly large (R15)";
+    case CS_BAD_NULL_SHAPE: return "shape is NULL although ndim > 0 (R15)";
+    case CS_BAD_NEGATIVE_SHAPE: return "shape has a negative extent (R15)";
+    case CS_BAD_NULL_STRIDES_V12: return "strides is NULL in a version >= 1.2 tensor with ndim > 0 (R16)";
+    case CS_BAD_DTYPE_CODE: return "dtype code is not a DLDataTypeCode (R18)";
+    case CS_BAD_DTYPE_BITS: return "dtype bits is not a valid width for its code (R18)";
+    case CS_BAD_DTYPE_LANES: return "dtype lanes is 0 (R18)";
+    case CS_BAD_DEVICE_TYPE: return "device_type is not a DLDeviceType (R19)";
+    case CS_BAD_DEVICE_ID: return "device_id is not 0 for CPU memory (R19)";
+    case CS_BAD_VERSION_MAJOR: return "version.major is not 1 in a versioned capsule (R13)";
+    case CS_BAD_FLAGS: return "flags has unknown bits (R21)";
+    case CS_BAD_MUTATED: return "shape, strides or data changed while the tensor was on loan (R20)";
+    case CS_BAD_RENAME: return "the capsule was renamed to a name other than used_dltensor (R7)";
+    case CS_BAD_NULL_DATA: return "data is NULL although the tensor has elements (R17)";
+    case CS_BAD_BOOL_BITS: return "bool dtype with bits != 8 (R18)";
+    case CS_BAD_HANDLER_NAME: return "the handler capsule is not named 'mem_handler' (R27)";
+    case CS_BAD_HANDLER_VERSION: return "the handler version is not 1 (R27)";
+    case CS_BAD_HANDLER_NULL_FN: return "the handler has a NULL function (R27)";
+    case CS_BAD_HANDLER_UNTERMINATED: return "the handler name is not NUL-terminated (R27)";
+    }
+    return "malformed";
+}
+
+const char *cs_finding_message(const cs_finding *f, char *buf, size_t n)
+{
+    const char *t = cs_finding_object_type(f);
+    unsigned long long p = (unsigned long long)f->obj;
+    switch (f->kind) {
+    case CS_KIND_DLPACK_DOUBLE_DELETE:
+        snprintf(buf, n, "deleter of %s 0x%llx called twice", t, p);
+        break;
+    case CS_KIND_DLPACK_UNCHECKED_DESTRUCTOR:
+        snprintf(buf, n, "the producer's capsule destructor called the deleter of %s 0x%llx "
+                 "although the capsule was consumed (renamed used_*): only the consumer may "
+                 "release it; the destructor must check the capsule name", t, p);
+        break;
+    case CS_KIND_DLPACK_NOT_RENAMED:
+        snprintf(buf, n, "the deleter of %s 0x%llx was called while its capsule is still "
+                 "unconsumed: the producer's destructor will delete it again (a consumer must "
+                 "rename the capsule to used_dltensor when it takes ownership)", t, p);
+        break;
+    case CS_KIND_DLPACK_RECONSUME:
+        snprintf(buf, n, "%s 0x%llx consumed again after it was %s", t, p,
+                 f->detail == CS_ST_RELEASED ? "released" : "consumed");
+        break;
+    case CS_KIND_DLPACK_LEAK:
+        switch (f->detail) {
+        case CS_LEAK_CONSUMED:
+            snprintf(buf, n, "%s 0x%llx (%llu bytes) was consumed but its deleter was never "
+                     "called", t, p, (unsigned long long)f->bytes);
+            break;
+        case CS_LEAK_NULL_DESTRUCTOR:
+            snprintf(buf, n, "%s 0x%llx (%llu bytes) leaked: its capsule was created without a "
+                     "destructor and died unconsumed", t, p, (unsigned long long)f->bytes);
+            break;
+        case CS_LEAK_NEVER_CONSUMED:
+            snprintf(buf, n, "%s 0x%llx (%llu bytes) was exported and never consumed nor "
+                     "released", t, p, (unsigned long long)f->bytes);
+            break;
+        default:
+            snprintf(buf, n, "%s 0x%llx (%llu bytes) leaked: its capsule died unconsumed and "
+                     "the destructor did not call the deleter", t, p, (unsigned long long)f->bytes);
+        }
+        break;
+    case CS_KIND_DLPACK_NULL_DELETER:
+        snprintf(buf, n, "%s 0x%llx exported with a NULL deleter: consumers must not call it, "
+                 "and its memory must outlive every consumer", t, p);
+        break;
+    case CS_KIND_DLPACK_BAD_TENSOR:
+        /* a missing pointer or a change has no offending value to show */
+        if (f->detail == CS_BAD_NULL_SHAPE || f->detail == CS_BAD_NULL_STRIDES_V12 ||
+            f->detail == CS_BAD_NULL_DATA || f->detail == CS_BAD_MUTATED || f->detail == CS_BAD_RENAME ||
+            f->detail == CS_BAD_UNREADABLE || f->detail == CS_BAD_UNREADABLE_SHAPE)
+            snprintf(buf, n, "%s 0x%llx: %s", t, p, bad_text(f->detail));
+        else
+            snprintf(buf, n, "%s 0x%llx: %s (value %lld)", t, p, bad_text(f->detail),
+                     (long long)f->value);
+        break;
+    case CS_KIND_DLPACK_BYTE_OFFSET_IGNORED:
+        snprintf(buf, n, "%s 0x%llx has byte_offset %llu but was consumed by a consumer that "
+                 "ignores byte_offset (torch): it reads the wrong elements", t, p,
+                 (unsigned long long)f->value);
+        break;
+    case CS_KIND_CAPSULE_NO_GIL:
+        snprintf(buf, n, "a PyCapsule function was called without holding the GIL "
+                 "(PyGILState_Check() == 0): take it with PyGILState_Ensure first");
+        break;
+    case CS_KIND_NUMPY_HANDLER_NO_GIL:
+        snprintf(buf, n, "a NumPy allocation or free went through the memory handler without "
+                 "the GIL (call site 0x%llx): numpy's default handler expects it held (R33)", p);
+        break;
+    case CS_KIND_DLPACK_DELETER_NO_GIL:
+        snprintf(buf, n, "a DLPack deleter called without the GIL (as torch calls foreign "
+                 "deleters) used the Python C API without PyGILState_Ensure (R12)");
+        break;
+    case CS_KIND_DLPACK_DEVICE_MISMATCH:
+        snprintf(buf, n, "%s 0x%llx exports data 0x%llx as CPU memory, but the handler that "
+                 "allocated it declared DLPack device type %u: consumers will treat it as "
+                 "plain host memory", t, p, (unsigned long long)f->value, f->detail);
+        break;
+    case CS_KIND_NUMPY_LEAK:
+        snprintf(buf, n, "%llu bytes of NumPy data at 0x%llx allocated and never freed",
+                 (unsigned long long)f->bytes, p);
+        break;
+    case CS_KIND_NUMPY_DOUBLE_FREE:
+        snprintf(buf, n, "NumPy data 0x%llx freed twice", p);
+        break;
+    case CS_KIND_NUMPY_FOREIGN_FREE:
+        snprintf(buf, n, "NumPy freed 0x%llx, which no memory handler allocated: an array was "
+                 "given NPY_ARRAY_OWNDATA on foreign memory (hand it over through a PyCapsule "
+                 "base object instead)", p);
+        break;
+    case CS_KIND_NUMPY_STALE_HANDLER:
+        snprintf(buf, n, "%llu bytes of NumPy data at 0x%llx freed through memory handler 0x%llx, %s",
+                 (unsigned long long)f->bytes, p, (unsigned long long)f->value,
+                 f->detail == CS_STALE_CHANGED ? "whose struct changed or was freed since it was "
+                                                 "installed (a handler must be immortal)"
+                 : f->detail == CS_STALE_UNLOADED ? "whose functions are no longer in a loaded "
+                                                    "object (dlclose)"
+                 : f->detail == CS_STALE_CTX_FREED ? "whose ctx was freed while its blocks were "
+                                                     "alive (free() of allocator.ctx)"
+                                                   : "which is not the handler that allocated it");
+        break;
+    case CS_KIND_NUMPY_BAD_HANDLER:
+        snprintf(buf, n, "invalid NumPy memory handler at 0x%llx: %s", p, bad_text(f->detail));
+        break;
+    default:
+        snprintf(buf, n, "%s 0x%llx", cs_kind_name(f->kind), p);
+    }
+    return buf;
+}

@@ -1,0 +1,474 @@
+/* The object table (see objtable.h): stripes, their locks, entries,
+ * tombstones, histories and live totals. */
+#include "objtable.h"
+
+#include <linux/membarrier.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+cs_lifecycle *cs_lc_create(cs_finding_cb cb, void *ud, int threadsafe)
+{
+    cs_lifecycle *lc = calloc(1, sizeof *lc);
+    if (!lc)
+        return NULL;
+    lc->cb = cb;
+    lc->ud = ud;
+    lc->threadsafe = threadsafe;
+    /* without expedited membarrier every section locks (cs_lc_lock) */
+    if (threadsafe && syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) != 0)
+        atomic_store(&lc->shared, 1);
+    return lc; /* calloc: every lock starts clear */
+}
+
+void cs_lc_set_protect(cs_lifecycle *lc, int on) { lc->protect = on; }
+
+void cs_lc_set_sink(cs_lifecycle *lc, cs_event_sink sink, void *ud)
+{
+    lc->sink = sink;
+    lc->sink_ud = ud;
+}
+
+void cs_lc_destroy(cs_lifecycle *lc)
+{
+    if (!lc)
+        return;
+    for (int i = 0; i < NSTRIPES; i++) {
+        stripe *st = &lc->s[i];
+        for (size_t j = 0; j < st->cap; j++)
+            free(st->tab[j].hist);
+        while (st->free_hist) {
+            cs_event *h = st->free_hist;
+            st->free_hist = *(cs_event **)h;
+            free(h);
+        }
+        free(st->tab);
+    }
+    free(lc->kept);
+    free(lc);
+}
+
+/* ---- locking: elided while one thread judges alone ----
+ * Most programs judge every event on one thread, the one running Python,
+ * and an uncontended atomic per event is still a cost there. The first
+ * thread to lock becomes the owner: it marks itself inside with a plain
+ * store (owner_in) and takes no lock while `shared` is 0. Another thread
+ * that needs a stripe sets `shared`, then membarrier(2) runs a full barrier
+ * on every running thread of the process, so either the owner sees
+ * `shared` before it enters or its mark is visible; the newcomer waits for
+ * the owner to leave. From then on every section locks. (The asymmetric
+ * fence of liburcu and folly: the rare side pays the syscall.) */
+static __thread int elided __attribute__((tls_model("initial-exec")));
+static __thread int owner_self __attribute__((tls_model("initial-exec"))); /* 1: owner */
+
+static void go_shared(cs_lifecycle *lc)
+{
+    unsigned long me = (unsigned long)pthread_self();
+    cs_spin_lock(&lc->share_mu);
+    if (!atomic_load(&lc->shared)) {
+        atomic_store(&lc->shared, 1);
+        syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0);
+        /* the owner itself (inside a section) has nothing to wait for */
+        while (atomic_load_explicit(&lc->owner_in, memory_order_acquire) &&
+               !(atomic_load(&lc->owner) == me && elided))
+            sched_yield();
+    }
+    cs_spin_unlock(&lc->share_mu);
+}
+
+/* 1 if this thread may go in unlocked (and is now marked inside) */
+static inline int enter_alone(cs_lifecycle *lc)
+{
+    if (atomic_load_explicit(&lc->shared, memory_order_relaxed))
+        return 0;
+    if (!owner_self) {
+        unsigned long me = (unsigned long)pthread_self(), none = 0;
+        if (!atomic_compare_exchange_strong(&lc->owner, &none, me) && none != me) {
+            go_shared(lc);
+            return 0;
+        }
+        owner_self = 1;
+    }
+    atomic_store_explicit(&lc->owner_in, 1, memory_order_relaxed);
+    atomic_signal_fence(memory_order_seq_cst); /* membarrier orders the rest */
+    if (!atomic_load_explicit(&lc->shared, memory_order_relaxed)) {
+        elided = 1;
+        return 1;
+    }
+    atomic_store_explicit(&lc->owner_in, 0, memory_order_release);
+    return 0;
+}
+
+/* 1 if this thread's section was an unlocked one (and is now left) */
+static inline int leave_alone(cs_lifecycle *lc)
+{
+    if (!elided)
+        return 0;
+    elided = 0;
+    atomic_store_explicit(&lc->owner_in, 0, memory_order_release);
+    return 1;
+}
+
+void ot_lock(cs_lifecycle *lc, stripe *st)
+{
+    if (lc->threadsafe && !enter_alone(lc))
+        cs_spin_lock(&st->mu);
+}
+
+void ot_unlock(cs_lifecycle *lc, stripe *st)
+{
+    if (lc->threadsafe && !leave_alone(lc))
+        cs_spin_unlock(&st->mu);
+}
+
+void cs_lc_lock(cs_lifecycle *lc, uint64_t o) { ot_lock(lc, ot_stripe_of(lc, o)); }
+void cs_lc_unlock(cs_lifecycle *lc, uint64_t o) { ot_unlock(lc, ot_stripe_of(lc, o)); }
+
+void cs_lc_lock_all(cs_lifecycle *lc)
+{
+    /* fork: the child has one thread and inherits `shared` set */
+    go_shared(lc);
+    for (int i = 0; i < NSTRIPES; i++)
+        cs_spin_lock(&lc->s[i].mu);
+}
+
+void cs_lc_unlock_all(cs_lifecycle *lc)
+{
+    for (int i = 0; i < NSTRIPES; i++)
+        cs_spin_unlock(&lc->s[i].mu);
+}
+
+/* ---- open-addressing table with backward-shift deletion ---- */
+
+static int ot_grow(stripe *st)
+{
+    size_t ncap = st->cap ? st->cap * 2 : 64;
+    obj *nt = calloc(ncap, sizeof *nt);
+    if (!nt)
+        return -1;
+    for (size_t j = 0; j < st->cap; j++) {
+        obj *o = &st->tab[j];
+        if (!o->key)
+            continue;
+        size_t i = ot_mix(o->key, o->ns) & (ncap - 1);
+        while (nt[i].key)
+            i = (i + 1) & (ncap - 1);
+        nt[i] = *o;
+    }
+    free(st->tab);
+    st->tab = nt;
+    st->cap = ncap;
+    return 0;
+}
+
+obj *ot_insert(stripe *st, uint64_t key, int ns)
+{
+    if ((st->used + 1) * 10 > st->cap * 7 && ot_grow(st) != 0)
+        return NULL;
+    size_t m = st->cap - 1;
+    size_t i = ot_mix(key, ns) & m;
+    while (st->tab[i].key)
+        i = (i + 1) & m;
+    obj *o = &st->tab[i];
+    memset(o, 0, sizeof *o);
+    o->key = key;
+    o->ns = (uint8_t)ns;
+    st->used++;
+    return o;
+}
+
+static void ot_hist_release(stripe *st, cs_event *h)
+{
+    if (!h)
+        return;
+    *(cs_event **)h = st->free_hist;
+    st->free_hist = h;
+}
+
+static void ot_erase(stripe *st, obj *o)
+{
+    size_t m = st->cap - 1;
+    size_t i = (size_t)(o - st->tab);
+    ot_hist_release(st, o->hist);
+    for (size_t j = (i + 1) & m;; j = (j + 1) & m) {
+        obj *n = &st->tab[j];
+        if (!n->key)
+            break;
+        size_t home = ot_mix(n->key, n->ns) & m;
+        /* move n back into the hole at i if its probe path crosses i */
+        if (((j - home) & m) >= ((j - i) & m)) {
+            st->tab[i] = *n;
+            i = j;
+        }
+    }
+    memset(&st->tab[i], 0, sizeof st->tab[i]);
+    st->used--;
+}
+
+
+/* ---- object history ---- */
+
+void ot_hist_add(stripe *st, obj *o, const cs_event *ev, judge *j)
+{
+    if (j && ev == j->cur)
+        j->in_hist = 1;
+    enum { CAP = CS_FINDING_MAX_EVENTS - 1 };
+    if (!o->hist) {
+        if (st->free_hist) {
+            o->hist = st->free_hist;
+            st->free_hist = *(cs_event **)o->hist;
+        } else if (!(o->hist = malloc(CAP * sizeof *o->hist))) {
+            return;
+        }
+    }
+    if (o->nhist < CAP) {
+        o->hist[o->nhist++] = *ev;
+    } else {
+        /* keep the first events (export, consume) and the latest */
+        o->hist[CAP - 1] = *ev;
+        if (o->nflushed == CAP)
+            o->nflushed = CAP - 1;
+    }
+}
+
+/* Give the sink what it has not seen of o's history. */
+static void ot_flush(cs_lifecycle *lc, obj *o, judge *j)
+{
+    if (!lc->sink)
+        return;
+    for (unsigned i = o->nflushed; i < o->nhist; i++) {
+        lc->sink(lc->sink_ud, &o->hist[i]);
+        if (j && j->in_hist && i == o->nhist - 1u)
+            j->written = 1;
+    }
+    o->nflushed = o->nhist;
+}
+
+void ot_reset(stripe *st, obj *o)
+{
+    o->gen = ++st->gen;
+    o->state = CS_ST_CREATED;
+    o->flags = 0;
+    o->nhist = 0;
+    o->nflushed = 0;
+    o->capsule = 0;
+    o->data = 0;
+    o->bytes = 0;
+}
+
+void ot_report(cs_lifecycle *lc, judge *j, int kind, obj *o, const cs_event *ev,
+                   uint32_t detail, uint64_t value)
+{
+    /* the evidence reaches the trace before anyone hears of the finding */
+    if (o && o->key) {
+        o->flags |= OF_TRACED;
+        atomic_store_explicit(&lc->any_traced, 1, memory_order_relaxed);
+        ot_flush(lc, o, j);
+    }
+    if (lc->sink && j && ev == j->cur && !j->written) {
+        lc->sink(lc->sink_ud, ev);
+        j->written = 1;
+    }
+    cs_finding f;
+    memset(&f, 0, sizeof f);
+    f.kind = (uint16_t)kind;
+    f.detail = detail;
+    f.obj = o && o->key ? o->key : (ev ? ev->obj : 0);
+    f.bytes = o ? o->bytes : 0;
+    f.value = value;
+    if (o)
+        for (unsigned i = 0; i < o->nhist && f.nevents < CS_FINDING_MAX_EVENTS; i++)
+            f.events[f.nevents++] = o->hist[i];
+    if (ev && f.nevents < CS_FINDING_MAX_EVENTS)
+        f.events[f.nevents++] = *ev;
+    if (lc->cb)
+        lc->cb(lc->ud, &f);
+}
+
+/* ---- live totals: an object counts from creation to release ---- */
+void ot_count(stripe *st, const obj *o, int sign)
+{
+    int i = o->ns == CS_NS_NUMPY ? 2 : 0;
+    /* one writer (the stripe's lock holder); relaxed stores for readers */
+    __atomic_store_n(&st->live[i], st->live[i] + sign, __ATOMIC_RELAXED);
+    __atomic_store_n(&st->live[i + 1], st->live[i + 1] + sign * (int64_t)o->bytes, __ATOMIC_RELAXED);
+}
+
+/* a sum of unlocked reads: a moment's view, good enough for COUNTS */
+void cs_lc_totals_get(cs_lifecycle *lc, cs_lc_totals *t)
+{
+    int64_t v[4] = {0};
+    for (int i = 0; i < NSTRIPES; i++)
+        for (int k = 0; k < 4; k++)
+            v[k] += __atomic_load_n(&lc->s[i].live[k], __ATOMIC_RELAXED);
+    t->dlpack = v[0];
+    t->dlpack_bytes = v[1];
+    t->numpy = v[2];
+    t->numpy_bytes = v[3];
+}
+
+/* A released object becomes a tombstone; the oldest tombstone of the
+ * stripe is forgotten when the FIFO is full. */
+void ot_entomb(stripe *st, obj *o)
+{
+    if (o->state != CS_ST_RELEASED)
+        ot_count(st, o, -1);
+    o->state = CS_ST_RELEASED;
+    if (st->fifo_len == TOMB_PER_STRIPE) {
+        tomb *t = &st->fifo[st->fifo_head];
+        st->fifo_head = (st->fifo_head + 1) % TOMB_PER_STRIPE;
+        st->fifo_len--;
+        obj *old = ot_find(st, t->key, t->ns);
+        if (old && old->gen == t->gen && old->state == CS_ST_RELEASED) {
+            /* o may move during erase: keep its identity */
+            uint64_t k = o->key;
+            int ns = o->ns;
+            ot_erase(st, old);
+            o = ot_find(st, k, ns);
+            if (!o)
+                return;
+        }
+    }
+    tomb *t = &st->fifo[(st->fifo_head + st->fifo_len) % TOMB_PER_STRIPE];
+    t->key = o->key;
+    t->gen = o->gen;
+    t->ns = o->ns;
+    st->fifo_len++;
+}
+
+/* ---- blocks kept alive through interpreter shutdown ---- */
+void ot_keep_at_shutdown(cs_lifecycle *lc, uint64_t data)
+{
+    cs_spin_lock(&lc->kept_mu);
+    if (lc->nkept == lc->capkept) {
+        size_t nc = lc->capkept ? lc->capkept * 2 : 64;
+        uint64_t *n = realloc(lc->kept, nc * sizeof *n);
+        if (n) {
+            lc->kept = n;
+            lc->capkept = nc;
+        }
+    }
+    if (lc->nkept < lc->capkept)
+        lc->kept[lc->nkept++] = data;
+    cs_spin_unlock(&lc->kept_mu);
+}
+
+int ot_kept_at_shutdown(cs_lifecycle *lc, uint64_t data)
+{
+    int found = 0;
+    cs_spin_lock(&lc->kept_mu);
+    for (size_t i = 0; i < lc->nkept && !found; i++)
+        found = lc->kept[i] == data;
+    cs_spin_unlock(&lc->kept_mu);
+    return found;
+}
+
+uint64_t cs_lc_events(cs_lifecycle *lc)
+{
+    uint64_t n = 0;
+    for (int i = 0; i < NSTRIPES; i++)
+        n += __atomic_load_n(&lc->s[i].nevents, __ATOMIC_RELAXED);
+    return n;
+}
+
+void cs_lc_fork_child(cs_lifecycle *lc)
+{
+    atomic_store(&lc->any_traced, 0);
+    for (int i = 0; i < NSTRIPES; i++)
+        lc->s[i].nevents = 0;
+    for (int i = 0; i < NSTRIPES; i++)
+        for (size_t k = 0; k < lc->s[i].cap; k++) {
+            obj *o = &lc->s[i].tab[k];
+            o->flags &= (uint16_t)~OF_TRACED;
+            o->nflushed = 0;
+        }
+}
+
+void ot_each_live(cs_lifecycle *lc, int ns, void (*fn)(cs_lifecycle *, obj *, void *),
+                      void *ud)
+{
+    for (int i = 0; i < NSTRIPES; i++) {
+        stripe *st = &lc->s[i];
+        ot_lock(lc, st);
+        for (size_t k = 0; k < st->cap; k++) {
+            obj *o = &st->tab[k];
+            if (o->key && o->ns == ns && o->state == CS_ST_CREATED &&
+                !(o->flags & OF_LEAK_REPORTED))
+                fn(lc, o, ud);
+        }
+        ot_unlock(lc, st);
+    }
+}
+
+typedef struct key_list {
+    uint64_t *v;
+    size_t n, cap;
+} key_list;
+
+int ot_room_for_one(void *v, size_t n, size_t *cap, size_t elem)
+{
+    if (n < *cap)
+        return 1;
+    size_t nc = *cap ? *cap * 2 : 64;
+    void *nb = realloc(*(void **)v, nc * elem);
+    if (!nb)
+        return 0;
+    *(void **)v = nb;
+    *cap = nc;
+    return 1;
+}
+
+static void collect_key(cs_lifecycle *lc, obj *o, void *ud)
+{
+    (void)lc;
+    key_list *l = ud;
+    if (ot_room_for_one(&l->v, l->n, &l->cap, sizeof *l->v))
+        l->v[l->n++] = o->key;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return (x > y) - (x < y);
+}
+
+size_t cs_lc_live_keys(cs_lifecycle *lc, int ns, uint64_t **out)
+{
+    key_list l = {NULL, 0, 0};
+    ot_each_live(lc, ns, collect_key, &l);
+    if (l.n)
+        qsort(l.v, l.n, sizeof *l.v, cmp_u64);
+    *out = l.v;
+    return l.n;
+}
+
+int cs_lc_state(cs_lifecycle *lc, int ns, uint64_t o)
+{
+    obj *x = ot_find(ot_stripe_of(lc, o), o, ns);
+    return x ? x->state : CS_ST_UNKNOWN;
+}
+
+int cs_lc_origin(cs_lifecycle *lc, int ns, uint64_t o, cs_event *out)
+{
+    obj *x = ot_find(ot_stripe_of(lc, o), o, ns);
+    if (!x || !x->nhist)
+        return 0;
+    *out = x->hist[0];
+    return 1;
+}
+
+size_t cs_lc_live(cs_lifecycle *lc)
+{
+    size_t n = 0;
+    for (int i = 0; i < NSTRIPES; i++) {
+        stripe *st = &lc->s[i];
+        for (size_t j = 0; j < st->cap; j++)
+            if (st->tab[j].key && st->tab[j].state != CS_ST_RELEASED)
+                n++;
+    }
+    return n;
+}

@@ -1,0 +1,153 @@
+/* The object table behind the lifecycle (lifecycle.c judges, this keeps):
+ * objects keyed by (namespace, address) in NSTRIPES open-addressing
+ * tables, each with its lock, its tombstone FIFO and its share of the live
+ * totals; each object's bounded history, and the write-behind that sends
+ * a history to the sink once the object has a finding. Internal to
+ * objtable.c and lifecycle.c. */
+#ifndef CAPSAN_OBJTABLE_H
+#define CAPSAN_OBJTABLE_H
+
+#include <stdatomic.h>
+
+#include "lifecycle.h"
+#include "spin.h"
+
+#define NSTRIPES 64
+#define TOMB_PER_STRIPE 128
+
+/* Per-object flags */
+#define OF_VERSIONED 0x01
+#define OF_CAPSULE_DEAD 0x02   /* the exporting capsule was destroyed */
+#define OF_CAPSULE_USED 0x04   /* the exporting capsule was renamed used_* */
+#define OF_NOT_RENAMED 0x08    /* dlpack-not-renamed already reported */
+#define OF_LEAK_REPORTED 0x10
+#define OF_UNCHECKED 0x20      /* dlpack-unchecked-destructor already reported */
+#define OF_NULL_DELETER 0x40 /* nothing can release it: never a leak */
+#define OF_TRACED 0x80       /* has a finding: its events go to the sink */
+#define OF_REACHABLE 0x100   /* at exit, module static data still points to it */
+#define OF_MUTATED 0x200     /* an R20 change already reported: one change, one finding */
+#define OF_UNRENAMED 0x400   /* released while its capsule still had the unconsumed name:
+                              * dlpack-not-renamed unless the consumer renames it next */
+
+typedef struct obj {
+    uint64_t key;      /* address; 0 = empty slot */
+    uint32_t gen;      /* bumped on reuse, matches tombstone FIFO entries */
+    uint8_t ns;
+    uint8_t state;     /* cs_obj_state */
+    uint16_t flags;
+    uint8_t nhist;
+    uint8_t nflushed;  /* history events already given to the sink */
+    uint64_t capsule;  /* the exporting capsule */
+    uint64_t data;     /* DLPack: dl_tensor.data as consumed (0 if not known) */
+    uint64_t bytes;
+    cs_event *hist;    /* up to CS_FINDING_MAX_EVENTS - 1 events, malloc'd */
+} obj;
+
+typedef struct tomb {
+    uint64_t key;
+    uint32_t gen;
+    uint8_t ns;
+} tomb;
+
+typedef struct stripe {
+    cs_spin mu;
+    obj *tab;
+    size_t cap, used;
+    tomb fifo[TOMB_PER_STRIPE];
+    cs_event *free_hist;   /* recycled history blocks (first word links them) */
+    unsigned fifo_head, fifo_len;
+    uint64_t nevents;      /* events judged here (counted under mu) */
+    int64_t live[4];       /* this stripe's share of cs_lc_totals (under mu) */
+    uint32_t gen;          /* generations of this stripe's objects (under mu) */
+    char pad[64];
+} stripe;
+
+struct cs_lifecycle {
+    cs_finding_cb cb;
+    void *ud;
+    int threadsafe;
+    int protect;
+    cs_event_sink sink;
+    void *sink_ud;
+    /* data released by a deleter that ran during interpreter shutdown:
+     * numpy's own deleter then keeps its array alive on purpose (numpy PR
+     * 22510), so those blocks were referenced at shutdown, not leaked */
+    cs_spin kept_mu;
+    uint64_t *kept;
+    size_t nkept, capkept;
+    _Atomic int any_traced; /* some object has a finding: look for it per event */
+    /* stripe locks elided while one thread judges alone (cs_lc_lock) */
+    _Atomic int shared;            /* 1: every section takes its stripe lock */
+    _Atomic unsigned long owner;   /* the thread judging alone (pthread_self) */
+    _Atomic int owner_in;          /* the owner is inside an unlocked section */
+    cs_spin share_mu;
+    stripe s[NSTRIPES];
+};
+
+/* table index: a multiply, its high bits folded down (heap addresses have
+ * zero low bits, which a product alone keeps in its low bits) */
+static inline uint64_t ot_mix(uint64_t k, int ns)
+{
+    k = (k ^ (uint64_t)ns) * 0x9e3779b97f4a7c15ull;
+    return k ^ (k >> 29);
+}
+
+static inline stripe *ot_stripe_of(cs_lifecycle *lc, uint64_t obj)
+{
+    /* the top bits of another product (Fibonacci hashing); both namespaces
+     * of one address share a stripe: one lock covers both */
+    _Static_assert(NSTRIPES == 64, "6 bits of stripe");
+    return &lc->s[((obj >> 4) * 0xff51afd7ed558ccdull) >> 58];
+}
+
+/* One judgement: did the current event reach the sink? */
+typedef struct judge {
+    const cs_event *cur;
+    int in_hist;   /* cur was appended to its object's history */
+    int written;   /* cur went to the sink */
+} judge;
+
+/* the object's entry, or NULL (a tombstone is an entry too) */
+static inline obj *ot_find(stripe *st, uint64_t key, int ns)
+{
+    if (!st->cap)
+        return NULL;
+    size_t m = st->cap - 1;
+    for (size_t i = ot_mix(key, ns) & m;; i = (i + 1) & m) {
+        obj *o = &st->tab[i];
+        if (!o->key)
+            return NULL;
+        if (o->key == key && o->ns == ns)
+            return o;
+    }
+}
+
+/* A new entry (after ot_find said there is none), or NULL out of memory. */
+obj *ot_insert(stripe *st, uint64_t key, int ns);
+/* Start o's life again: a new generation, state CREATED, no history. */
+void ot_reset(stripe *st, obj *o);
+/* Append ev to o's history (the first events and the latest are kept). */
+void ot_hist_add(stripe *st, obj *o, const cs_event *ev, judge *j);
+/* A finding about o (or, with o == NULL, about ev->obj): its history and
+ * ev reach the sink first, then the callback. */
+void ot_report(cs_lifecycle *lc, judge *j, int kind, obj *o, const cs_event *ev,
+               uint32_t detail, uint64_t value);
+/* o counts in the live totals from creation (+1) to release (-1). */
+void ot_count(stripe *st, const obj *o, int sign);
+/* o is released: a tombstone, the stripe's oldest forgotten when full.
+ * o may move in the table: look it up again afterwards. */
+void ot_entomb(stripe *st, obj *o);
+/* data a deleter let go of during interpreter shutdown (numpy keeps its
+ * array alive then), and whether data is such */
+void ot_keep_at_shutdown(cs_lifecycle *lc, uint64_t data);
+int ot_kept_at_shutdown(cs_lifecycle *lc, uint64_t data);
+/* a stripe's lock (elided while one thread judges alone) */
+void ot_lock(cs_lifecycle *lc, stripe *st);
+void ot_unlock(cs_lifecycle *lc, stripe *st);
+/* fn on every live, unreported object of namespace ns, its stripe locked */
+void ot_each_live(cs_lifecycle *lc, int ns, void (*fn)(cs_lifecycle *, obj *, void *), void *ud);
+/* Room for one more element of size elem in *v (n used of *cap); 0 when
+ * out of memory. */
+int ot_room_for_one(void *v, size_t n, size_t *cap, size_t elem);
+
+#endif
