@@ -156,6 +156,12 @@ static int in_dtor_of(const void *cap)
  * function directly) did release it. */
 static __thread const void *dtor_took __attribute__((tls_model("initial-exec")));
 
+/* the last tensor with a NULL deleter this thread consumed: a crash at
+ * address 0 names it when the register does not (cs_capsule_last_null) */
+static __thread void *last_null __attribute__((tls_model("initial-exec")));
+
+void *cs_capsule_last_null(void) { return last_null; }
+
 /* a tracked tensor was released while its capsule still had an unconsumed
  * name, or a capsule was given one again: hook_GetPointer must look
  * unconsumed reads up from then on */
@@ -175,6 +181,15 @@ static void check_loan(const cs_event *ev, const cs_event *export, uint32_t fp)
 static void deleter_tramp(void *mt)
 {
     cs_thread *t = cs_thread_get();
+    if (t && t->predicted == mt && t->dtor_capsule) {
+        /* this destructor's delete was judged before the destructor ran
+         * (cs_capsule_dtor_body): run it as judged, once */
+        void (*fn)(void *) = (void (*)(void *))(uintptr_t)t->predicted_fn;
+        t->predicted = NULL;
+        if (fn)
+            fn(mt);
+        return;
+    }
     int python = cs_recording && cs_py.ok;
     int live = python && cs_py_live();
     int held = live && cs_gil_held();
@@ -217,6 +232,36 @@ static void deleter_tramp(void *mt)
         cs_deleter_nogil(0);
 }
 
+/* A capsule that still holds a tensor is dying, and that tensor was
+ * released already: a consumer deleted without renaming (the producer's
+ * destructor is about to delete again), or a producer's destructor released
+ * a consumed tensor (numpy's owner capsule is about to). That destructor
+ * reads the deleter out of a struct that may be freed and reused, so the
+ * trampoline may never see the call: it is judged here, before it runs.
+ * Returns 1 when protect=1 says the destructor must not run. Only looked
+ * up once something was released out of turn. */
+static int judge_redelete(cs_thread *t, PyObject_ *cap, void *mt)
+{
+    if (!t || !mt || !cs_recording ||
+        (!cs_findings_judged() && !atomic_load_explicit(&unconsumed_released, memory_order_relaxed)))
+        return 0;
+    cs_lc_lock(cs_lc, (uint64_t)(uintptr_t)mt);
+    int st = cs_lc_state(cs_lc, CS_NS_DLPACK, (uint64_t)(uintptr_t)mt);
+    cs_lc_unlock(cs_lc, (uint64_t)(uintptr_t)mt);
+    if (st != CS_ST_RELEASED)
+        return 0;
+    cs_event ev = {.kind = CS_EV_DELETE, .obj = (uint64_t)(uintptr_t)mt,
+                   .a = (uint64_t)(uintptr_t)cap, .flags = CS_EVF_IN_DTOR};
+    cs_event origin;
+    int found = 0;
+    unsigned v = cs_emit(&ev, 1, &origin, &found);
+    if (v & CS_VERDICT_SKIP)
+        return 1;
+    t->predicted = mt;
+    t->predicted_fn = found && origin.kind == CS_EV_EXPORT ? (void *)(uintptr_t)origin.b : NULL;
+    return 0;
+}
+
 /* Stub k's body: the capsule is dying (capsule_dealloc); run the
  * producer's destructor dtors[k], then tell the lifecycle. */
 void cs_capsule_dtor_body(PyObject_ *cap, unsigned k)
@@ -227,14 +272,21 @@ void cs_capsule_dtor_body(PyObject_ *cap, unsigned k)
     int nk = name_kind(name);
     void *mt = cap_pointer(cap, name);
     void *saved = t ? t->dtor_capsule : NULL;
+    void *saved_pred = t ? t->predicted : NULL, *saved_fn = t ? t->predicted_fn : NULL;
     const void *saved_took = dtor_took;
     dtor_took = NULL;
+    int skip = orig && nk != NK_USED && nk != NK_USEDV && judge_redelete(t, cap, mt);
     if (t)
         t->dtor_capsule = cap;
-    if (orig)
+    if (orig && !skip)
         orig(cap);
-    if (t)
+    if (t) {
         t->dtor_capsule = saved;
+        t->predicted = saved_pred;
+        t->predicted_fn = saved_fn;
+    }
+    if (nk == NK_NPDL)
+        return; /* numpy's owner capsule: its life is its array's */
     int took = t && dtor_took == cap;
     dtor_took = saved_took;
     if (!cs_recording)
@@ -301,6 +353,9 @@ static void export(void *mt, PyObject_ *cap, int versioned, uint8_t gil_flags)
         return;
     }
     cs_emit(&ev, 1, NULL, NULL);
+    if (!ev.b && cs_opt.verbosity)
+        dprintf(2, "capsan: note: DLManagedTensor %p exported with a NULL deleter (legal, R10: "
+                   "consumers must not call it)\n", mt);
     cs_np_check_export_device(mt, versioned);
     emit_problems(mt, cap, probs, np, ev.stack);
 }
@@ -315,9 +370,13 @@ static PyObject_ *hook_New(void *ptr, const char *name, cs_capsule_dtor dtor)
         return cs_py.Capsule_New(ptr, name, dtor);
     /* numpy's own numpy_dltensor capsule, made inside the from_dlpack call
      * whose consume event has the stack, is not an event: the delete it
-     * makes later carries numpy's frames */
-    if (nk != NK_DL && nk != NK_DLV)
-        return cs_py.Capsule_New(ptr, name, dtor);
+     * makes later carries numpy's frames. Its destructor is wrapped all the
+     * same, to judge a delete of a tensor released already before it runs
+     * (judge_redelete) */
+    if (nk != NK_DL && nk != NK_DLV) {
+        int k = nk == NK_NPDL && dtor ? stub_for(dtor) : -1;
+        return cs_py.Capsule_New(ptr, name, k < 0 ? dtor : stub((unsigned)k));
+    }
     int k = stub_for(dtor);
     if (k < 0) /* out of stubs: a capsule capsan cannot follow is not tracked */
         return cs_py.Capsule_New(ptr, name, dtor);
@@ -448,6 +507,8 @@ static int hook_SetName(PyObject_ *cap, const char *name)
          * as evidence beside the reconsume) */
         if (found && !(v & CS_VERDICT_LATE_RENAME))
             check_loan(&ev, &origin, fp);
+        if (found && origin.kind == CS_EV_EXPORT && (origin.flags & CS_EVF_NULL_DELETER))
+            last_null = e.mt;
     } else if (nk == NK_DL || nk == NK_DLV) {
         atomic_store_explicit(&unconsumed_released, 1, memory_order_relaxed);
     } else {

@@ -66,9 +66,14 @@ const char *cs_event_phrase(const cs_finding *f, int i)
     case CS_EV_NO_GIL: return "called without the GIL at";
     case CS_EV_DEVICE: return "its data was allocated by that handler at";
     case CS_EV_DELETE:
+        if (ev->aux == CS_DELETE_NULL_CALL)
+            return "NULL deleter called at";
         if (ev->flags & CS_EVF_SKIPPED)
             return "deleter call skipped (protect=1) at";
-        if (ev->flags & CS_EVF_IN_DTOR)
+        /* by the exporting capsule's destructor (the export event names
+         * that capsule), or by another's, numpy's owner capsule */
+        if ((ev->flags & CS_EVF_IN_DTOR) && f->nevents && f->events[0].kind == CS_EV_EXPORT &&
+            ev->a == f->events[0].a)
             return earlier ? "deleted again by the capsule destructor at"
                            : "deleted by the capsule destructor at";
         return earlier ? "deleted again at" : "deleted at";
@@ -136,7 +141,17 @@ const char *cs_finding_message(const cs_finding *f, char *buf, size_t n)
     unsigned long long p = (unsigned long long)f->obj;
     switch (f->kind) {
     case CS_KIND_DLPACK_DOUBLE_DELETE:
-        snprintf(buf, n, "deleter of %s 0x%llx called twice", t, p);
+        /* detail: the finding that made the first release the wrong one */
+        if (f->detail == CS_KIND_DLPACK_UNCHECKED_DESTRUCTOR)
+            snprintf(buf, n, "deleter of %s 0x%llx called twice: the producer's capsule "
+                     "destructor released it although it was consumed "
+                     "(dlpack-unchecked-destructor), and now its consumer deletes it", t, p);
+        else if (f->detail == CS_KIND_DLPACK_NOT_RENAMED)
+            snprintf(buf, n, "deleter of %s 0x%llx called twice: its consumer released it "
+                     "without renaming the capsule (dlpack-not-renamed), and now the "
+                     "producer's destructor deletes it", t, p);
+        else
+            snprintf(buf, n, "deleter of %s 0x%llx called twice", t, p);
         break;
     case CS_KIND_DLPACK_UNCHECKED_DESTRUCTOR:
         snprintf(buf, n, "the producer's capsule destructor called the deleter of %s 0x%llx "
@@ -172,8 +187,9 @@ const char *cs_finding_message(const cs_finding *f, char *buf, size_t n)
         }
         break;
     case CS_KIND_DLPACK_NULL_DELETER:
-        snprintf(buf, n, "%s 0x%llx exported with a NULL deleter: consumers must not call it, "
-                 "and its memory must outlive every consumer", t, p);
+        snprintf(buf, n, "a consumer called the NULL deleter of %s 0x%llx: a producer may "
+                 "export a NULL deleter, and consumers must check it before calling (R10)",
+                 t, p);
         break;
     case CS_KIND_DLPACK_BAD_TENSOR:
         /* a missing pointer or a change has no offending value to show */

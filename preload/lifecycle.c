@@ -31,7 +31,12 @@ static unsigned dlpack_event(cs_lifecycle *lc, stripe *st, obj *o, const cs_even
 
     switch (ev->kind) {
     case CS_EV_EXPORT:
-        if (o && (o->state == CS_ST_CREATED || o->state == CS_ST_CONSUMED)) {
+        if (o && (o->state == CS_ST_CREATED || o->state == CS_ST_CONSUMED) &&
+            (o->flags & OF_NULL_DELETER) && (ev->flags & CS_EVF_NULL_DELETER)) {
+            /* a static struct without a deleter, lent again: each export
+             * is a new loan (nobody ever releases it) */
+            ot_count(st, o, -1);
+        } else if (o && (o->state == CS_ST_CREATED || o->state == CS_ST_CONSUMED)) {
             /* the same live struct in a second capsule: judge the newest */
             ot_hist_add(st, o, ev, j);
             o->capsule = ev->a;
@@ -48,9 +53,8 @@ static unsigned dlpack_event(cs_lifecycle *lc, stripe *st, obj *o, const cs_even
             o->flags |= OF_VERSIONED;
         if (ev->flags & CS_EVF_NULL_DELETER)
             o->flags |= OF_NULL_DELETER;
+        /* a NULL deleter is legal (R10): only a consumer that calls it errs */
         ot_hist_add(st, o, ev, j);
-        if (ev->flags & CS_EVF_NULL_DELETER)
-            ot_report(lc, j, CS_KIND_DLPACK_NULL_DELETER, o, NULL, 0, 0);
         return 0;
 
     case CS_EV_BAD_TENSOR:
@@ -124,6 +128,13 @@ static unsigned dlpack_event(cs_lifecycle *lc, stripe *st, obj *o, const cs_even
             return 0;
         if ((ev->flags & CS_EVF_NO_PYTHON) && ev->c)
             ot_keep_at_shutdown(lc, ev->c);
+        if (ev->aux == CS_DELETE_NULL_CALL) {
+            /* a consumer jumped through the NULL deleter (R10): the crash
+             * that follows is this tensor's */
+            ot_hist_add(st, o, ev, j);
+            ot_report(lc, j, CS_KIND_DLPACK_NULL_DELETER, o, NULL, 0, 0);
+            return 0;
+        }
         int in_own_dtor = (ev->flags & CS_EVF_IN_DTOR) && ev->a == o->capsule;
         switch (o->state) {
         case CS_ST_CREATED:
@@ -168,12 +179,20 @@ static unsigned dlpack_event(cs_lifecycle *lc, stripe *st, obj *o, const cs_even
                 return verdict;
             }
             if ((o->flags & OF_NOT_RENAMED) && in_own_dtor) {
-                /* the double delete that dlpack-not-renamed predicted */
+                /* the double delete that dlpack-not-renamed predicted, once
+                 * that finding was made by something else (a read through
+                 * the capsule): reported before it runs, naming its cause */
+                ot_report(lc, j, CS_KIND_DLPACK_DOUBLE_DELETE, o, ev, CS_KIND_DLPACK_NOT_RENAMED, 0);
                 ot_hist_add(st, o, ev, j);
                 return verdict;
             }
             if ((o->flags & OF_UNCHECKED) && !in_own_dtor) {
-                ot_hist_add(st, o, ev, j); /* the consumer's delete after an unchecked destructor */
+                /* the consumer's delete after a producer's destructor
+                 * released its tensor: the double delete that
+                 * dlpack-unchecked-destructor caused, reported before it runs */
+                ot_report(lc, j, CS_KIND_DLPACK_DOUBLE_DELETE, o, ev,
+                          CS_KIND_DLPACK_UNCHECKED_DESTRUCTOR, 0);
+                ot_hist_add(st, o, ev, j);
                 return verdict;
             }
             if (in_own_dtor && (o->flags & OF_CAPSULE_USED)) {

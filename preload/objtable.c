@@ -233,6 +233,10 @@ void ot_hist_add(stripe *st, obj *o, const cs_event *ev, judge *j)
         if (o->nflushed == CAP)
             o->nflushed = CAP - 1;
     }
+    /* the current event already went to the sink with a finding about o
+     * (reported before it was added): the sink must not get it twice */
+    if (j && ev == j->cur && j->written && o->nflushed + 1u == o->nhist)
+        o->nflushed = o->nhist;
 }
 
 /* Give the sink what it has not seen of o's history. */

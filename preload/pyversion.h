@@ -17,6 +17,7 @@ typedef struct cs_pylayout {
     int owner_gen, owner_cstack;
     int co_filename, co_name, co_firstlineno, co_code, co_firsttraceable;
     int rt_tstate, rt_initialized, ts_thread_id;
+    int str_state, str_data;
 } cs_pylayout;
 
 /* The row for CPython 3.minor, or NULL. */

@@ -24,6 +24,7 @@
 #include "numpy.h"
 #include "roots.h"
 #include "options.h"
+#include "probe.h"
 #include "pyapi.h"
 #include "spin.h"
 #include "stack.h"
@@ -475,12 +476,43 @@ static void fork_child(void)
 static const int crash_sigs[] = {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT};
 static struct sigaction old_act[NSIG];
 
+/* A call through a NULL function pointer. If the struct in the first
+ * argument register (x86-64: RDI) is a tensor exported with a NULL deleter
+ * (or else the last one this thread consumed), this is a consumer calling
+ * that deleter: dlpack-null-deleter, recorded and printed before the
+ * process dies. The caller's return address is on top of the stack. */
+static void null_deleter_call(const ucontext_t *uc)
+{
+    if (!cs_lc)
+        return;
+    uint64_t cand[2] = {(uint64_t)uc->uc_mcontext.gregs[REG_RDI],
+                        (uint64_t)(uintptr_t)cs_capsule_last_null()};
+    const uint64_t *sp = (const uint64_t *)(uintptr_t)uc->uc_mcontext.gregs[REG_RSP];
+    for (int i = 0; i < 2; i++) {
+        cs_event origin;
+        int found;
+        cs_lc_lock(cs_lc, cand[i]);
+        found = cand[i] && cs_lc_origin(cs_lc, CS_NS_DLPACK, cand[i], &origin);
+        cs_lc_unlock(cs_lc, cand[i]);
+        if (!found || origin.kind != CS_EV_EXPORT || !(origin.flags & CS_EVF_NULL_DELETER))
+            continue;
+        cs_event ev = {.kind = CS_EV_DELETE, .obj = cand[i], .aux = CS_DELETE_NULL_CALL,
+                       .b = cs_probe_read(sp, sizeof *sp) ? *sp : 0};
+        /* from a signal handler native unwinding ends at the jump to 0:
+         * the Python frames say where the call came from */
+        cs_emit(&ev, CS_STACK_PYTHON, NULL, NULL);
+        return;
+    }
+}
+
 static void on_crash(int sig, siginfo_t *si, void *ucv)
 {
     static atomic_int once;
     if (!atomic_exchange(&once, 1) && atomic_load(&started) && !atomic_load(&finished)) {
         ucontext_t *uc = ucv;
         uint64_t pc = uc ? (uint64_t)uc->uc_mcontext.gregs[REG_RIP] : 0;
+        if (sig == SIGSEGV && pc == 0 && uc && cs_recording)
+            null_deleter_call(uc);
         cs_recording = 0;
         if (cs_trace_started()) {
             cs_rec_end e = {.how = CS_END_SIGNAL, .status = sig, .time_ns = cs_now_ns(),

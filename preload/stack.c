@@ -95,9 +95,18 @@ void cs_stack_flush(void)
         unw_flush(unw_space, 0, 0);
 }
 
-/* ---- Python code objects, interned under the GIL ----
+/* ---- Python code objects, interned ----
  * Code objects and frames are read at the offsets of the running version
- * (pyversions.inc): the runtime is built without Python headers. */
+ * (pyversions.inc): the runtime is built without Python headers.
+ *
+ * With the GIL, a code object is interned for good: its names are copied
+ * and a reference keeps its address from being reused. A thread that
+ * released the GIL in C code (ctypes does around every foreign call) may
+ * neither call into Python nor take a reference; but its own frames hold
+ * their code objects, whose names are immutable str objects, so ASCII
+ * names are read in place. Such an entry is weak: each later use first
+ * checks that the object at that address still has the same name objects
+ * and first line, else it is a new code object. */
 typedef struct code_obj code_obj; /* a PyCodeObject, opaque */
 
 #define AT(p, off, type) (*(type const *)((const char *)(p) + (off)))
@@ -106,13 +115,13 @@ typedef struct code_info {
     const char *file, *name;
     uint32_t firstlineno;
     int importlib; /* the import machinery itself: frames below run an import */
+    int weak;      /* no reference held: check against (fobj, nobj) first */
+    const void *fobj, *nobj;
     _Atomic uint32_t gen;  /* trace generation it was written in */
 } code_info;
 
-/* Interning needs the GIL (it reads str objects); a thread without it may
- * only look up code objects interned already, under this lock. */
 static cs_spin code_mu = CS_SPIN_INIT;
-static code_obj **code_keys;   /* open addressing, strong refs */
+static code_obj **code_keys;   /* open addressing; strong refs unless weak */
 static uint32_t *code_vals;
 static size_t code_cap, code_used;
 static code_info *_Atomic code_tab[4096]; /* chunks of 1024 */
@@ -138,51 +147,37 @@ static void code_write(uint32_t id)
     cs_trace_write_strs(CS_REC_CODE, &r, sizeof r, strs, 2);
 }
 
+/* a str's text with the GIL (may fill its UTF-8 cache), or "?" */
 static char *utf8_copy(PyObject_ *s)
 {
     const char *u = s ? cs_py.Unicode_AsUTF8(s) : NULL;
     return strdup(u ? u : "?");
 }
 
-/* Without the GIL: the id of a code object interned earlier, or 0. */
-static uint32_t code_lookup(const code_obj *co)
+/* a compact ASCII str's text, read in place (no call, no GIL), or NULL */
+static const char *ascii_in_place(const void *s)
 {
-    uint32_t id = 0;
-    cs_spin_lock(&code_mu);
-    if (code_cap) {
-        size_t m = code_cap - 1;
-        for (size_t i = ((uintptr_t)co >> 4) & m; code_keys[i]; i = (i + 1) & m)
-            if (code_keys[i] == co) {
-                id = code_vals[i];
-                break;
-            }
-    }
-    cs_spin_unlock(&code_mu);
-    return id;
+    const cs_pylayout *l = cs_py.layout;
+    if (!s)
+        return NULL;
+    uint32_t state = AT(s, l->str_state, uint32_t);
+    enum { COMPACT = 1u << 5, ASCII = 1u << 6 }; /* PyASCIIObject.state, 3.10-3.13 */
+    return (state & (COMPACT | ASCII)) == (COMPACT | ASCII) ? (const char *)s + l->str_data : NULL;
 }
 
-static uint32_t code_intern_locked(code_obj *co);
-
-/* GIL held. Returns 0 when out of memory. */
-static uint32_t code_intern(code_obj *co)
+/* the entry still describes the code object at its address */
+static int code_same(const code_info *c, const code_obj *co)
 {
-    cs_spin_lock(&code_mu);
-    uint32_t id = code_intern_locked(co);
-    cs_spin_unlock(&code_mu);
-    return id;
+    const cs_pylayout *l = cs_py.layout;
+    return !c->weak || (AT(co, l->co_filename, const void *) == c->fobj &&
+                        AT(co, l->co_name, const void *) == c->nobj &&
+                        AT(co, l->co_firstlineno, int) == (int)c->firstlineno);
 }
 
-static uint32_t code_intern_locked(code_obj *co)
+/* code_mu held: co's slot in the table (its key, or the empty slot where
+ * it goes), the table grown first if needed; SIZE_MAX when out of memory */
+static size_t code_slot(const code_obj *co)
 {
-    if (code_cap && (code_used + 1) * 2 <= code_cap) {
-        size_t m = code_cap - 1;
-        for (size_t i = ((uintptr_t)co >> 4) & m;; i = (i + 1) & m) {
-            if (code_keys[i] == co)
-                return code_vals[i];
-            if (!code_keys[i])
-                break;
-        }
-    }
     if ((code_used + 1) * 2 > code_cap) {
         size_t ncap = code_cap ? code_cap * 2 : 1024;
         code_obj **nk = calloc(ncap, sizeof *nk);
@@ -190,58 +185,122 @@ static uint32_t code_intern_locked(code_obj *co)
         if (!nk || !nv) {
             free(nk);
             free(nv);
-            return 0;
-        }
-        for (size_t j = 0; j < code_cap; j++) {
-            if (!code_keys[j])
-                continue;
-            size_t i = ((uintptr_t)code_keys[j] >> 4) & (ncap - 1);
-            while (nk[i])
-                i = (i + 1) & (ncap - 1);
-            nk[i] = code_keys[j];
-            nv[i] = code_vals[j];
-        }
-        free(code_keys);
-        free(code_vals);
-        code_keys = nk;
-        code_vals = nv;
-        code_cap = ncap;
-        for (size_t i = ((uintptr_t)co >> 4) & (ncap - 1);; i = (i + 1) & (ncap - 1)) {
-            if (code_keys[i] == co)
-                return code_vals[i];
-            if (!code_keys[i])
-                break;
+            if (code_used + 1 >= code_cap)
+                return SIZE_MAX;
+        } else {
+            for (size_t j = 0; j < code_cap; j++) {
+                if (!code_keys[j])
+                    continue;
+                size_t i = ((uintptr_t)code_keys[j] >> 4) & (ncap - 1);
+                while (nk[i])
+                    i = (i + 1) & (ncap - 1);
+                nk[i] = code_keys[j];
+                nv[i] = code_vals[j];
+            }
+            free(code_keys);
+            free(code_vals);
+            code_keys = nk;
+            code_vals = nv;
+            code_cap = ncap;
         }
     }
+    size_t m = code_cap - 1, i = ((uintptr_t)co >> 4) & m;
+    while (code_keys[i] && code_keys[i] != co)
+        i = (i + 1) & m;
+    return i;
+}
+
+/* code_mu held: a new id for co with these names, stored at slot i */
+static uint32_t code_new(code_obj *co, size_t i, char *file, char *name, int weak)
+{
+    const cs_pylayout *l = cs_py.layout;
     uint32_t id = atomic_load(&code_count) + 1;
-    if ((id >> 10) >= 4096)
-        return 0;
+    if ((id >> 10) >= 4096 || !file || !name)
+        goto fail;
     if (!atomic_load(&code_tab[id >> 10])) {
         code_info *chunk = calloc(1024, sizeof *chunk);
         if (!chunk)
-            return 0;
+            goto fail;
         atomic_store(&code_tab[id >> 10], chunk);
+    }
+    code_info *c = code_at(id);
+    c->file = file;
+    c->name = name;
+    c->firstlineno = (uint32_t)AT(co, l->co_firstlineno, int);
+    c->importlib = strncmp(file, "<frozen importlib", 17) == 0;
+    c->weak = weak;
+    c->fobj = AT(co, l->co_filename, const void *);
+    c->nobj = AT(co, l->co_name, const void *);
+    if (!code_keys[i])
+        code_used++;
+    code_keys[i] = co;
+    code_vals[i] = id;
+    atomic_store_explicit(&code_count, id, memory_order_release);
+    return id;
+fail:
+    free(file);
+    free(name);
+    return 0;
+}
+
+/* GIL held: co's id, interned for good. 0 when out of memory. */
+static uint32_t code_intern(code_obj *co)
+{
+    const cs_pylayout *l = cs_py.layout;
+    uint32_t id = 0;
+    cs_spin_lock(&code_mu);
+    size_t i = code_slot(co);
+    if (i == SIZE_MAX)
+        goto out;
+    if (code_keys[i]) {
+        code_info *c = code_at(code_vals[i]);
+        if (code_same(c, co)) {
+            if (c->weak) {
+                /* the object a GIL-less read saw: hold it from now on */
+                cs_py.IncRef((PyObject_ *)co);
+                c->weak = 0;
+            }
+            id = code_vals[i];
+            goto out;
+        }
+        /* a weak entry's object died and its address was reused */
     }
     /* a pending exception must survive our string conversions (R5) */
     PyObject_ *et, *ev, *tb;
     cs_py.Err_Fetch(&et, &ev, &tb);
-    code_info *c = code_at(id);
-    const cs_pylayout *l = cs_py.layout;
-    c->file = utf8_copy(AT(co, l->co_filename, PyObject_ *));
-    c->name = utf8_copy(AT(co, l->co_name, PyObject_ *));
-    c->firstlineno = (uint32_t)AT(co, l->co_firstlineno, int);
-    c->importlib = strncmp(c->file, "<frozen importlib", 17) == 0;
+    char *file = utf8_copy(AT(co, l->co_filename, PyObject_ *));
+    char *name = utf8_copy(AT(co, l->co_name, PyObject_ *));
     cs_py.Err_Restore(et, ev, tb);
+    id = code_new(co, i, file, name, 0);
     /* the code object must outlive its id: a reused address would name a
      * different function */
-    cs_py.IncRef((PyObject_ *)co);
-    size_t i = ((uintptr_t)co >> 4) & (code_cap - 1);
-    while (code_keys[i])
-        i = (i + 1) & (code_cap - 1);
-    code_keys[i] = co;
-    code_vals[i] = id;
-    code_used++;
-    atomic_store_explicit(&code_count, id, memory_order_release);
+    if (id)
+        cs_py.IncRef((PyObject_ *)co);
+out:
+    cs_spin_unlock(&code_mu);
+    return id;
+}
+
+/* Without the GIL: co's id, a weak entry made if need be; 0 when its
+ * names are not ASCII (they cannot be read without a call) */
+static uint32_t code_lookup(code_obj *co)
+{
+    const cs_pylayout *l = cs_py.layout;
+    uint32_t id = 0;
+    cs_spin_lock(&code_mu);
+    size_t i = code_slot(co);
+    if (i == SIZE_MAX)
+        goto out;
+    if (code_keys[i] && code_same(code_at(code_vals[i]), co)) {
+        id = code_vals[i];
+        goto out;
+    }
+    const char *file = ascii_in_place(AT(co, l->co_filename, const void *));
+    const char *name = ascii_in_place(AT(co, l->co_name, const void *));
+    if (file && name)
+        id = code_new(co, i, strdup(file), strdup(name), 1);
+out:
+    cs_spin_unlock(&code_mu);
     return id;
 }
 
@@ -385,10 +444,12 @@ static int python_frames(cs_stack_cache *c, uint64_t *out, int max, int gil, int
             if (!id)
                 break;
             line = cs_py.Code_Addr2Line(co, lasti * 2);
-            c->lines[slot].code = co;
-            c->lines[slot].lasti = lasti;
-            c->lines[slot].line = line;
-            c->lines[slot].code_id = id;
+            if (!code_at(id)->weak) { /* a weak entry is checked at each use */
+                c->lines[slot].code = co;
+                c->lines[slot].lasti = lasti;
+                c->lines[slot].line = line;
+                c->lines[slot].code_id = id;
+            }
         }
         if (code_at(id)->importlib)
             *importing = 1;

@@ -14,6 +14,9 @@ typedef struct cs_thread {
     uint32_t written_gen;   /* trace generation its THREAD record is in */
     int busy;               /* inside capsan: hooks pass straight through */
     void *dtor_capsule;     /* capsule whose destructor runs on this thread */
+    void *predicted;        /* the released struct that destructor was judged
+                             * about to delete again (capsule.c), and */
+    void *predicted_fn;     /* the deleter that call is forwarded to */
     struct cs_stack_cache *cache;
     int importing;          /* the last captured stack ran inside an import */
 } cs_thread;

@@ -144,7 +144,8 @@ enum cs_event_kind {
     CS_EV_CONSUME = 3,      /* renamed to used_*: a=capsule b=consumer return address
                              * c=dl_tensor.data (byte_offset with CS_EVF_OFFSET_IGNORED) */
     CS_EV_GETPTR_USED = 4,  /* pointer taken from a consumed capsule: a=capsule */
-    CS_EV_DELETE = 5,       /* deleter called: a=capsule whose destructor runs it, or 0; c=dl_tensor.data */
+    CS_EV_DELETE = 5,       /* deleter called: a=capsule whose destructor runs it, or 0; c=dl_tensor.data;
+                             * aux=CS_DELETE_NULL_CALL: a call through a NULL deleter (b=caller) */
     CS_EV_DESTROY = 6,      /* capsule destructor returned: a=capsule; aux: CS_NAME_*; extra: CS_DESTROY_* */
     CS_EV_BAD_TENSOR = 7,   /* field check failed: aux=rule (13..21, 1, 7) extra=CS_BAD_* b=value */
     CS_EV_GETPTR = 8,       /* unconsumed capsule read by a consumer: a=capsule */
@@ -173,6 +174,8 @@ enum cs_nogil { CS_NOGIL_CAPSULE = 1, CS_NOGIL_HANDLER = 2, CS_NOGIL_IN_DELETER 
 
 /* CS_EV_EXPORT / CS_EV_CONSUME aux bits */
 #define CS_DLV_VERSIONED 1u
+/* CS_EV_DELETE aux */
+#define CS_DELETE_NULL_CALL 1u
 /* CS_EV_DESTROY aux: the capsule's name when it died */
 enum cs_name_state { CS_NAME_UNCONSUMED = 0, CS_NAME_USED = 1, CS_NAME_OTHER = 2 };
 /* CS_EV_DESTROY extra bits */

@@ -191,8 +191,15 @@ void cs_json_finding(cs_json *j, const cs_proc_info *p, const cs_finding *f,
     cs_json_string(o, cs_finding_message(f, msg, sizeof msg));
     cs_outf(o, ", \"object\": {\"type\": ");
     str_or_empty(o, cs_finding_object_type(f));
-    cs_outf(o, ", \"address\": \"0x%llx\"}, \"bytes\": %llu, \"detail\": %u, \"events\": [",
+    cs_outf(o, ", \"address\": \"0x%llx\"}, \"bytes\": %llu, \"detail\": %u,",
             (unsigned long long)f->obj, (unsigned long long)f->bytes, f->detail);
+    /* a double delete names the finding that made its first release wrong */
+    if (f->kind == CS_KIND_DLPACK_DOUBLE_DELETE && f->detail) {
+        cs_outf(o, " \"cause\": ");
+        str_or_empty(o, cs_kind_name((int)f->detail));
+        cs_outf(o, ",");
+    }
+    cs_outf(o, " \"events\": [");
 
     int nev = f->nevents < CS_FINDING_MAX_EVENTS ? f->nevents : CS_FINDING_MAX_EVENTS;
     for (int i = 0; i < nev; i++) {

@@ -200,7 +200,10 @@ def test_new_policy_under_capsan_run(tmp_path, tag):
       PyDataMem_UserRENEW inside NPY_BEGIN_ALLOW_THREADS, so it reads the
       handler capsule and calls the handler's realloc without the GIL
       (tests/test_gil.py shows the same outside the suite). One warning per
-      call site: the capsule read, and the realloc's Untrack and Track.
+      call site: one for the capsule read, and one or two for the realloc's
+      Track and Untrack (the Untrack of the first growth frees nothing: a
+      text short enough to grow its buffer once warns at the Track only,
+      as test_deprecations.py's does on 1.24).
     Nothing else: no leaks (void scalars parked in numpy's small-block cache
     are still reachable, not leaked), no other warnings."""
     py = suite_python(tag)
@@ -223,5 +226,6 @@ def test_new_policy_under_capsan_run(tmp_path, tag):
     bad = [f for f in fs if f not in foreign and f not in nogil]
     assert not bad, "unexpected findings\n" + cp.describe
     assert len(foreign) == 3, cp.describe
-    assert sorted(f["kind"] for f in nogil) == ["capsule-no-gil", "numpy-handler-no-gil",
-                                                "numpy-handler-no-gil"], cp.describe
+    got = sorted(f["kind"] for f in nogil)
+    assert got in (["capsule-no-gil", "numpy-handler-no-gil"],
+                   ["capsule-no-gil", "numpy-handler-no-gil", "numpy-handler-no-gil"]), cp.describe

@@ -229,6 +229,11 @@ def main() -> int:
         opts += b"\0" * (-len(opts) % 8)
         put("double_delete.late-options",
             made["double_delete"][0] + struct.pack("<HHI", 9, 0, 8 + len(opts)) + opts)
+        # more COUNTS records than the reader keeps points (downsampling)
+        start = struct.unpack_from("<Q", hdr, 40)[0]
+        counts = b"".join(struct.pack("<HHI6Q", 10, 0, 56, start + 1000 * k, 3 * k, k % 7,
+                                      64 * (k % 7), k % 5, 800 * (k % 5)) for k in range(300))
+        put("double_delete.many-counts", made["double_delete"][0] + counts)
     if len(made.get("fork", [])) > 1:
         put("fork.tree", b"".join(made["fork"]))
     if "leak_consumed" in made:

@@ -55,10 +55,11 @@ int main(void)
 #else
     int rt_ts = -1; /* a C thread-local since 3.12 */
 #endif
-    printf("PYV(%d, %s, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d)\n",
+    printf("PYV(%d, %s, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d)\n",
            PY_MINOR_VERSION, model, ts_cframe, cur, f_code, f_back, f_instr, f_owner, f_entry,
            gen, cstack, OFF(PyCodeObject, co_filename), co_name,
            OFF(PyCodeObject, co_firstlineno), co_code, co_first, rt_ts,
-           OFF(_PyRuntimeState, initialized), OFF(PyThreadState, thread_id));
+           OFF(_PyRuntimeState, initialized), OFF(PyThreadState, thread_id),
+           OFF(PyASCIIObject, state), (int)sizeof(PyASCIIObject));
     return 0;
 }
