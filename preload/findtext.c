@@ -82,7 +82,11 @@ const char *cs_event_phrase(const cs_finding *f, int i)
     case CS_EV_NP_ALLOC: return "allocated at";
     case CS_EV_NP_FREE: return earlier ? "freed again at" : "freed at";
     case CS_EV_NP_HANDLER: return "handler installed at";
-    case CS_EV_NP_FOREIGN_FREE: return "freed with libc free() by numpy at";
+    case CS_EV_NP_FOREIGN_FREE:
+        for (int j = 0; j < i; j++)
+            if (f->events[j].kind == CS_EV_NP_FREE || f->events[j].kind == CS_EV_NP_FOREIGN_FREE)
+                return "freed again with libc free() by numpy at";
+        return "freed with libc free() by numpy at";
     }
     return "at";
 }

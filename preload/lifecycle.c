@@ -299,6 +299,11 @@ static unsigned numpy_event(cs_lifecycle *lc, stripe *st, obj *o, const cs_event
             ot_hist_add(st, o, ev, j);
             ot_report(lc, j, CS_KIND_NUMPY_FOREIGN_FREE, o, NULL, 0, 0);
             ot_entomb(st, o);
+        } else if (o && o->state == CS_ST_RELEASED) {
+            /* an OWNDATA alias of a block its handler freed already (the
+             * array that owned it died first): numpy frees it again */
+            ot_report(lc, j, CS_KIND_NUMPY_DOUBLE_FREE, o, ev, 0, 0);
+            ot_hist_add(st, o, ev, j);
         } else {
             obj tmp = {.key = ev->obj};
             ot_report(lc, j, CS_KIND_NUMPY_FOREIGN_FREE, &tmp, ev, 0, 0);
