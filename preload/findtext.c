@@ -38,6 +38,7 @@ const char *cs_event_name(const cs_event *ev)
     case CS_EV_GETPTR: return "reconsume";
     case CS_EV_NO_GIL: return "call";
     case CS_EV_DEVICE: return "alloc";
+    case CS_EV_DATA_FREED: return "free";
     case CS_EV_DELETE: return "delete";
     case CS_EV_DESTROY: return "destroy";
     case CS_EV_BAD_TENSOR: return "check";
@@ -65,6 +66,7 @@ const char *cs_event_phrase(const cs_finding *f, int i)
     case CS_EV_GETPTR: return "pointer taken again at";
     case CS_EV_NO_GIL: return "called without the GIL at";
     case CS_EV_DEVICE: return "its data was allocated by that handler at";
+    case CS_EV_DATA_FREED: return "its data freed at";
     case CS_EV_DELETE:
         if (ev->aux == CS_DELETE_NULL_CALL)
             return "NULL deleter called at";
@@ -189,6 +191,12 @@ const char *cs_finding_message(const cs_finding *f, char *buf, size_t n)
             snprintf(buf, n, "%s 0x%llx (%llu bytes) leaked: its capsule died unconsumed and "
                      "the destructor did not call the deleter", t, p, (unsigned long long)f->bytes);
         }
+        break;
+    case CS_KIND_DLPACK_DATA_FREED:
+        snprintf(buf, n, "the memory the data of %s 0x%llx lies in was freed (%s 0x%llx) while "
+                 "its consumer still holds the tensor: the consumer now reads freed memory",
+                 t, p, f->detail == CS_FREED_PYMEM ? "PyMem_Free" : "free",
+                 (unsigned long long)f->value);
         break;
     case CS_KIND_DLPACK_NULL_DELETER:
         snprintf(buf, n, "a consumer called the NULL deleter of %s 0x%llx: a producer may "

@@ -220,6 +220,15 @@ static unsigned dlpack_event(cs_lifecycle *lc, stripe *st, obj *o, const cs_even
         return 0;
     }
 
+    case CS_EV_DATA_FREED:
+        /* the producer freed what the consumer still reads (once a tensor) */
+        if (o && o->state == CS_ST_CONSUMED && !(o->flags & OF_DATA_FREED)) {
+            o->flags |= OF_DATA_FREED;
+            ot_report(lc, j, CS_KIND_DLPACK_DATA_FREED, o, ev, ev->aux, ev->a);
+            ot_hist_add(st, o, ev, j);
+        }
+        return 0;
+
     case CS_EV_DEVICE:
         if (o) {
             ot_hist_add(st, o, ev, j);

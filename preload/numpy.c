@@ -9,6 +9,7 @@
  * notes that handler per thread, so each block is attributed to the handler
  * that really made or freed it. */
 #include "numpy.h"
+#include "dataguard.h"
 
 #include <dlfcn.h>
 #include <link.h>
@@ -617,6 +618,7 @@ static void note_ctx_free(uintptr_t p)
 static void hook_free(void *p)
 {
     uintptr_t a = (uintptr_t)p;
+    cs_dg_check(a, CS_FREED_LIBC); /* a consumed tensor's data (dataguard.c) */
     unsigned b = ctx_bit(a);
     if (atomic_load_explicit(&ctx_bits[b >> 6], memory_order_relaxed) & (1ull << (b & 63)))
         note_ctx_free(a);

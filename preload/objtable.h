@@ -26,6 +26,7 @@
 #define OF_TRACED 0x80       /* has a finding: its events go to the sink */
 #define OF_REACHABLE 0x100   /* at exit, module static data still points to it */
 #define OF_MUTATED 0x200     /* an R20 change already reported: one change, one finding */
+#define OF_DATA_FREED 0x800  /* dlpack-data-freed already reported */
 #define OF_UNRENAMED 0x400   /* released while its capsule still had the unconsumed name:
                               * dlpack-not-renamed unless the consumer renames it next */
 

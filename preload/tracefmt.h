@@ -150,6 +150,8 @@ enum cs_event_kind {
     CS_EV_BAD_TENSOR = 7,   /* field check failed: aux=rule (13..21, 1, 7) extra=CS_BAD_* b=value */
     CS_EV_GETPTR = 8,       /* unconsumed capsule read by a consumer: a=capsule */
     CS_EV_NO_GIL = 9,       /* a Python call without the GIL: obj=call site; aux=CS_NOGIL_* */
+    CS_EV_DATA_FREED = 11,  /* memory a consumed tensor's data lies in was freed: a=freed pointer;
+                             * aux=CS_FREED_* */
     CS_EV_DEVICE = 10,      /* export of data from a device handler: obj=struct b=data c=handler; aux=device */
     /* NumPy data memory (issue 3); obj = the data pointer */
     CS_EV_NP_ALLOC = 16,    /* a=size b=handler capsule c=handler struct */
@@ -174,6 +176,9 @@ enum cs_nogil { CS_NOGIL_CAPSULE = 1, CS_NOGIL_HANDLER = 2, CS_NOGIL_IN_DELETER 
 
 /* CS_EV_EXPORT / CS_EV_CONSUME aux bits */
 #define CS_DLV_VERSIONED 1u
+/* CS_EV_DATA_FREED aux: how it was freed */
+#define CS_FREED_LIBC 1u  /* free() */
+#define CS_FREED_PYMEM 2u /* PyMem_Free() */
 /* CS_EV_DELETE aux */
 #define CS_DELETE_NULL_CALL 1u
 /* CS_EV_DESTROY aux: the capsule's name when it died */

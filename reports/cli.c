@@ -281,6 +281,8 @@ static int cmd_run(int argc, char **argv)
     if (i >= argc)
         cs_usage_error("run: no command given (capsan run [flags] -- CMD ARGS...)");
     char **cmd = argv + i;
+    if (!*cmd[0]) /* an unset shell variable */
+        cs_usage_error("run: an empty command name");
 
     check_env_options(getenv("CAPSAN_OPTIONS"));
     char *lib = find_runtime();

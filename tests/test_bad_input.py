@@ -2,7 +2,6 @@
 `capsan report`, mistyped the way a user would (issue 14, part 5): each
 gets a clear error naming the input, before anything is started or
 overwritten, and nothing recorded is lost."""
-import os
 import subprocess
 
 import pytest
@@ -78,6 +77,10 @@ def test_run_relative_log_path_still_works(tmp_path):
     assert r.returncode == 23 and "ran" in r.stdout, r.stderr
     (t,) = trace_files(tmp_path)
     assert kinds(capsan_report([t])[1]) == {"dlpack-leak"}
+
+
+def test_run_empty_command_name(tmp_path):
+    refused(capsan("run", "--", ""), "an empty command name")
 
 
 def test_run_bad_capsan_options_all_named(tmp_path):

@@ -31,6 +31,13 @@ What numpy 2 changed under capsan, and where capsan follows it:
 - numpy >= 2.1 refuses a handler capsule not named "mem_handler" with
   ValueError, so nothing is installed and there is nothing to report (the
   misnamed case of check_bad_handler_whole_run).
+- numpy 2 imports numpy.random lazily, at first use: its module data is
+  then made inside whatever trace scope or handler is current. Blocks made
+  by an import inside a capsan.trace() scope are module data, as at exit
+  (test_import_inside_trace_is_module_data).
+- numpy 2's _ArrayFunctionDispatcher has no GC support: a reference cycle
+  through one is a true leak (test_dispatcher_cycle_is_a_leak), the one
+  numpy 2's own test_new_policy shows (test_numpy_suites.py).
 """
 import subprocess
 import sys
@@ -38,7 +45,7 @@ import sys
 import pytest
 
 from conftest import (CAPSAN, SCENARIOS, STATIC_PY, base_env, current_python, findings,
-                      marker_line, no_core, process_of, summarize)
+                      marker_line, no_core, process_of, run_capsan, summarize)
 
 sys.path.insert(0, str(SCENARIOS))
 from np_testlib import PYDIR, np_env, numpy_version  # noqa: E402
@@ -363,3 +370,26 @@ def test_import_inside_trace_is_module_data(tmp_path, tag):
     assert cp.returncode == 0, cp.stderr
     line = marker_line(script, "kept")
     assert f"findings [('numpy-leak', 'prog.py:{line}')]" in cp.stdout, cp.stdout + cp.stderr
+
+
+@pytest.mark.parametrize("tag", ["static"] + SUBSET)
+def test_dispatcher_cycle_is_a_leak(tmp_path, tag):
+    """numpy 2's _ArrayFunctionDispatcher has no GC support, so the cycle
+    test_overrides.py::test_dispatcher_error builds (frame, dispatched
+    function, dispatcher closure, exception, traceback, frame) is never
+    collected: the array the frame holds is a true numpy-leak at exit, at
+    its line (tests/scenarios/np_dispatch_leak.py). numpy 1.24's dispatcher
+    was a Python function: clean. This is what numpy 2's test_new_policy
+    leaks at exit (test_numpy_suites.py)."""
+    from np_testlib import assert_at
+    py = STATIC_PY if tag == "static" else np2(tag)
+    script = SCENARIOS / "np_dispatch_leak.py"
+    res = run_capsan(script, tmp_path, env=np_env(py), interpreter=py)
+    assert "got 999.0" in res.stdout, res.describe()
+    if numpy_version(py) < (2, 0):
+        assert res.returncode == 0 and findings(res.report) == [], res.describe()
+        return
+    assert res.returncode == 23, res.describe()
+    fs = findings(res.report)
+    assert [f["kind"] for f in fs] == ["numpy-leak"] and fs[0]["bytes"] == 8000, summarize(res.report)
+    assert_at(fs, "numpy-leak", script, "pinned", event="alloc")

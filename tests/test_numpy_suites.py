@@ -22,7 +22,8 @@ itself (ValueError), so nothing is installed; test_owner_is_base hands
 malloc'd memory over through a PyCapsule base, the correct way.
 
 test_new_policy reruns numpy's whole core suite through a shifting NEP 49
-handler (several minutes natively): `make test` deselects it, `make
+handler (several minutes natively; under numpy 2 it also leaks, for a
+reason its docstring below gives): `make test` deselects it, `make
 check-numpy` (CAPSAN_CHECK_NUMPY=1) runs it. numpy 2 marks it skip ("too
 slow", gh-23975); check-numpy runs it anyway (the np_unskip plugin), with
 hypothesis, which numpy 2's own conftest imports, installed once into a
@@ -40,7 +41,7 @@ from conftest import (CAPSAN, LIBCAPSAN, SCENARIOS, STATIC_PY, base_env, capsan_
                       current_python, fixdir_for, no_core, summarize, trace_files)
 
 sys.path.insert(0, str(SCENARIOS))
-from np_testlib import PYDIR, require_np  # noqa: E402
+from np_testlib import PYDIR, numpy_version, require_np  # noqa: E402
 
 SWITCH_OWNER = {"test_switch_owner[0]", "test_switch_owner[1]", "test_switch_owner[None]"}
 SLOW = os.environ.get("CAPSAN_CHECK_NUMPY") == "1"
@@ -204,8 +205,23 @@ def test_new_policy_under_capsan_run(tmp_path, tag):
       Track and Untrack (the Untrack of the first growth frees nothing: a
       text short enough to grow its buffer once warns at the Track only,
       as test_deprecations.py's does on 1.24).
-    Nothing else: no leaks (void scalars parked in numpy's small-block cache
-    are still reachable, not leaked), no other warnings."""
+    - numpy 2 only: numpy-leak at exit, about 117 blocks, every one made
+      while test_new_policy ran (its own `a` and `b`, and the arrays the
+      nested session's collection and setup made) or by the outer
+      session's collection (test_dlpack.py's parametrize values: the
+      pinned frames run down to the outer pytest's own). numpy 2's
+      _ArrayFunctionDispatcher has no garbage-collector support, and
+      test_overrides.py::test_dispatcher_error builds a reference cycle
+      through one (frame, dispatched function, dispatcher closure,
+      exception, traceback, frame): that frame and every frame below it,
+      test_new_policy's and the nested pytest session's with all it holds,
+      and the outer session's below them, are never freed. Deselecting
+      that one test in the nested run leaves no leak;
+      tests/scenarios/np_dispatch_leak.py is the same cycle alone
+      (test_numpy2.py::test_dispatcher_cycle_is_a_leak). Stacks are taken
+      128 Python frames deep here, so each leak shows where it was made.
+    Nothing else: no other leaks (void scalars parked in numpy's
+    small-block cache are still reachable, not leaked), no other warnings."""
     py = suite_python(tag)
     extra = ["-k", "test_new_policy"]
     deps = []
@@ -213,7 +229,7 @@ def test_new_policy_under_capsan_run(tmp_path, tag):
         extra = ["-p", "np_unskip", *extra]
         deps = [d for d in [hypothesis_path(py, tag)] if d]
     cp, report, tests = run_suite(tmp_path, extra, mode="run", tag=tag, timeout=5400,
-                                  pythonpath=deps)
+                                  pythonpath=deps, options=["python_depth=128"])
     assert cp.returncode == 0, cp.describe
     assert "1 passed" in cp.stdout, cp.describe
     fs = [f for p in (report or {"processes": []})["processes"] for f in p["findings"]]
@@ -223,8 +239,22 @@ def test_new_policy_under_capsan_run(tmp_path, tag):
                and frames_in(f, mem_policy)[0]["function"] == "test_switch_owner"]
     nogil = [f for f in fs if f["kind"] in ("capsule-no-gil", "numpy-handler-no-gil")
              and f["severity"] == "warning" and reads_text(f, tests)]
-    bad = [f for f in fs if f not in foreign and f not in nogil]
+    def made_by_the_run(f):
+        """Made while test_new_policy ran, or by the outer session's
+        collection of numpy's test files (parametrize values)."""
+        frames = [fr for fr in f["events"][0]["stack"] if fr.get("python")]
+        return any(fr["function"] == "test_new_policy"
+                   and Path(fr.get("file") or "").name == mem_policy.name
+                   for fr in frames) or (
+            any(Path(fr.get("file") or "").parent == tests for fr in frames)
+            and any(fr["function"] == "pytest_collection" for fr in frames))
+    pinned = [f for f in fs if f["kind"] == "numpy-leak" and made_by_the_run(f)]
+    bad = [f for f in fs if f not in foreign and f not in nogil and f not in pinned]
     assert not bad, "unexpected findings\n" + cp.describe
+    if numpy_version(py) >= (2, 0):
+        assert pinned, "numpy 2's dispatcher cycle pinned nothing?\n" + cp.describe
+    else:
+        assert not pinned, cp.describe
     assert len(foreign) == 3, cp.describe
     got = sorted(f["kind"] for f in nogil)
     assert got in (["capsule-no-gil", "numpy-handler-no-gil"],

@@ -1,0 +1,21 @@
+"""An image type lends its pixels through DLPack, but its exported tensor
+does not keep the image alive (imgbuf.Image, keep=False). The consumer's
+array outlives the image: when the image dies, its pixels are freed while
+numpy still shows them (dlpack-data-freed). Natively nothing crashes; the
+numbers are whatever the allocator put there next.
+
+argv[1]: "bug" or "fixed" (keep=True: the tensor holds the image)."""
+import sys
+
+import numpy as np
+
+import imgbuf
+
+keep = sys.argv[1] == "fixed"
+img = imgbuf.Image(4096, keep=keep)
+arr = np.from_dlpack(img)  # <-- consume
+del img  # <-- image-dies
+junk = [bytes(16384) for _ in range(4)]  # the allocator reuses what it got back
+print("first", float(arr[1]), flush=True)
+del arr
+print("done", flush=True)
