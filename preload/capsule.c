@@ -4,7 +4,6 @@
  * of capsules): each hook decides by the name's first letter before doing
  * anything else. */
 #include "capsule.h"
-#include "dataguard.h"
 
 #include <dlfcn.h>
 #include <fcntl.h>
@@ -207,7 +206,6 @@ static void deleter_tramp(void *mt)
     cs_event origin;
     int found = 0;
     unsigned verdict = cs_emit(&ev, 1, &origin, &found);
-    cs_dg_released(mt); /* what its deleter frees now is its own to free */
     if (verdict & CS_VERDICT_UNRENAMED)
         atomic_store_explicit(&unconsumed_released, 1, memory_order_relaxed);
     if (!found || origin.kind != CS_EV_EXPORT || !origin.b) {
@@ -511,9 +509,7 @@ static int hook_SetName(PyObject_ *cap, const char *name)
             check_loan(&ev, &origin, fp);
         if (found && origin.kind == CS_EV_EXPORT && (origin.flags & CS_EVF_NULL_DELETER))
             last_null = e.mt;
-        else if (found == 1 && origin.kind == CS_EV_EXPORT && !(v & CS_VERDICT_LATE_RENAME) &&
-                 !(ev.flags & CS_EVF_OFFSET_IGNORED))
-            cs_dg_consumed(e.mt, (uintptr_t)data, origin.c);
+
     } else if (nk == NK_DL || nk == NK_DLV) {
         atomic_store_explicit(&unconsumed_released, 1, memory_order_relaxed);
     } else {

@@ -1,153 +1,61 @@
 /* dlpack-data-freed (see dataguard.h).
  *
- * Consumed tensors are kept in a small table keyed by the struct, with the
- * span of their data; a counting filter of the pages those spans cover
- * makes a free() that touches none of them cost one load. A hit looks the
- * freed block up against every consumed tensor (a free of the block the
- * data starts in, or lies inside), and asks the lifecycle whether that
- * tensor is still consumed and undeleted. A tensor's own deleter frees its
- * data after the tensor was released, so those frees never match. */
+ * The lifecycle knows which tensors are consumed and where their data
+ * lies; it tells the watch below as they come and go (under their stripe
+ * lock, no lock of ours). The watch counts where their data starts, by
+ * 256-byte granule, and keeps the last start seen in each slot: a free()
+ * of a block that cannot hold a data start costs two loads, and a block
+ * near one costs a compare with that start. Only a block that holds it is
+ * looked up against every consumed tensor. A tensor's own deleter frees
+ * its data after the tensor was released, so those frees never match.
+ * (Two live tensors in one slot: the later one's start is compared.) */
 #include "dataguard.h"
 
 #include <dlfcn.h>
 #include <malloc.h>
-#include <stdlib.h>
-#include <string.h>
 
 #include "lifecycle.h"
 #include "runtime.h"
-#include "spin.h"
 
 _Atomic uint16_t cs_dg_pages[4096];
+static _Atomic uint64_t starts[4096];
 
-typedef struct guarded {
-    void *mt; /* NULL: empty */
-    uintptr_t data;
-    uint64_t n;
-} guarded;
-
-static cs_spin mu = CS_SPIN_INIT;
-static guarded *tab;
-static size_t cap, used;
-/* this thread holds mu: a free() made meanwhile (the table growing) is
- * capsan's own */
-static __thread int holding __attribute__((tls_model("initial-exec")));
-
-#define MAX_PAGES 64 /* pages counted per tensor: its first ones and its last */
-
-static void count_pages(uintptr_t data, uint64_t n, int add)
+static void watch(uint64_t data, uint64_t n, int sign)
 {
-    uintptr_t first = data >> 12, last = (data + (n ? n - 1 : 0)) >> 12;
-    for (uintptr_t pg = first; pg <= last; pg++) {
-        if (pg - first == MAX_PAGES)
-            pg = last; /* a free inside the rest of a huge span is still found
-                        * when it frees the block the data starts in */
-        _Atomic uint16_t *c = &cs_dg_pages[cs_dg_page(pg << 12)];
-        uint16_t v = atomic_load_explicit(c, memory_order_relaxed);
-        /* saturating: a count that hit its top stays (only more lookups) */
-        if (add ? v != UINT16_MAX : v != 0 && v != UINT16_MAX)
-            atomic_store_explicit(c, (uint16_t)(add ? v + 1 : v - 1), memory_order_relaxed);
-    }
+    (void)n;
+    unsigned k = cs_dg_page((uintptr_t)(data >> CS_DG_GRAIN));
+    if (sign > 0)
+        atomic_store_explicit(&starts[k], data, memory_order_relaxed);
+    /* wraps only if 65536 live tensors shared a slot: then only more lookups */
+    atomic_fetch_add_explicit(&cs_dg_pages[k], (uint16_t)sign, memory_order_relaxed);
 }
 
-static size_t slot_of(const void *mt)
+void cs_dg_init(void)
 {
-    size_t m = cap - 1, i = (((uintptr_t)mt >> 4) * 0x9e3779b97f4a7c15ull >> 20) & m;
-    while (tab[i].mt && tab[i].mt != mt)
-        i = (i + 1) & m;
-    return i;
-}
-
-/* mu held; the old table comes back to be freed once mu is let go */
-static guarded *grow(void)
-{
-    size_t ncap = cap ? cap * 2 : 64;
-    guarded *nt = calloc(ncap, sizeof *nt), *old = tab;
-    if (!nt)
-        return NULL;
-    size_t ocap = cap;
-    tab = nt;
-    cap = ncap;
-    for (size_t j = 0; j < ocap; j++)
-        if (old[j].mt)
-            tab[slot_of(old[j].mt)] = old[j];
-    return old;
-}
-
-void cs_dg_consumed(void *mt, uintptr_t data, uint64_t n)
-{
-    if (!mt || !data)
-        return;
-    guarded *old = NULL;
-    cs_spin_lock(&mu);
-    holding = 1;
-    if ((used + 1) * 2 > cap)
-        old = grow();
-    if (cap) {
-        size_t i = slot_of(mt);
-        if (tab[i].mt)
-            count_pages(tab[i].data, tab[i].n, 0); /* the same struct lent again */
-        else
-            used++;
-        tab[i] = (guarded){mt, data, n};
-        count_pages(data, n, 1);
-    }
-    holding = 0;
-    cs_spin_unlock(&mu);
-    free(old);
-}
-
-void cs_dg_released(void *mt)
-{
-    if (!__atomic_load_n(&used, __ATOMIC_RELAXED))
-        return; /* no tensor is guarded (the usual case: nothing to find) */
-    cs_spin_lock(&mu);
-    if (cap) {
-        size_t m = cap - 1, i = slot_of(mt);
-        if (tab[i].mt) {
-            count_pages(tab[i].data, tab[i].n, 0);
-            /* backward-shift delete */
-            for (size_t j = (i + 1) & m; tab[j].mt; j = (j + 1) & m) {
-                size_t home = (((uintptr_t)tab[j].mt >> 4) * 0x9e3779b97f4a7c15ull >> 20) & m;
-                if (((j - home) & m) >= ((j - i) & m)) {
-                    tab[i] = tab[j];
-                    i = j;
-                }
-            }
-            tab[i].mt = NULL;
-            used--;
-        }
-    }
-    cs_spin_unlock(&mu);
+    cs_lc_data_watch = watch;
 }
 
 void cs_dg_check_slow(uintptr_t p, unsigned how)
 {
-    if (!p || holding || !cs_recording || !cs_lc)
+    if (!p || !cs_recording || !cs_lc)
+        return;
+    /* a data start in the block at all? (p itself, or up to 512 bytes on) */
+    uintptr_t g = p >> CS_DG_GRAIN;
+    int near = 0;
+    for (uintptr_t x = g; x <= g + 1; x++) {
+        unsigned k = cs_dg_page(x);
+        uint64_t d = atomic_load_explicit(&starts[k], memory_order_relaxed);
+        near |= atomic_load_explicit(&cs_dg_pages[k], memory_order_relaxed) && d >= p &&
+                d - p < (2u << CS_DG_GRAIN);
+    }
+    if (!near)
         return;
     /* the block being freed: all of it for malloc's, p itself otherwise */
     size_t span = how == CS_FREED_LIBC ? malloc_usable_size((void *)p) : 1;
-    if (!span)
-        span = 1;
-    void *hit[8];
-    int nh = 0;
-    cs_spin_lock(&mu);
-    for (size_t i = 0; i < cap && nh < 8; i++) {
-        const guarded *g = &tab[i];
-        if (g->mt && g->data < p + span && p < g->data + (g->n ? g->n : 1))
-            hit[nh++] = g->mt;
-    }
-    cs_spin_unlock(&mu);
-    for (int k = 0; k < nh; k++) {
-        uint64_t mt = (uint64_t)(uintptr_t)hit[k];
-        cs_lc_lock(cs_lc, mt);
-        int st = cs_lc_state(cs_lc, CS_NS_DLPACK, mt);
-        cs_lc_unlock(cs_lc, mt);
-        if (st != CS_ST_CONSUMED) {
-            cs_dg_released(hit[k]); /* released on a path that did not say so */
-            continue;
-        }
-        cs_event ev = {.kind = CS_EV_DATA_FREED, .obj = mt, .a = p, .aux = (uint16_t)how};
+    uint64_t hit[8];
+    size_t nh = cs_lc_consumed_in(cs_lc, p, p + (span ? span : 1), hit, 8);
+    for (size_t k = 0; k < nh; k++) {
+        cs_event ev = {.kind = CS_EV_DATA_FREED, .obj = hit[k], .a = p, .aux = (uint16_t)how};
         cs_emit(&ev, 1, NULL, NULL); /* reported before the memory is reused */
     }
 }
@@ -158,8 +66,6 @@ static void (*real_pymem_free)(void *);
 static void hook_pymem_free(void *p)
 {
     cs_dg_check((uintptr_t)p, CS_FREED_PYMEM);
-    if (!real_pymem_free)
-        *(void **)&real_pymem_free = dlsym(RTLD_DEFAULT, "PyMem_Free");
     real_pymem_free(p);
 }
 
@@ -167,3 +73,9 @@ const cs_hook cs_dg_hooks[] = {
     {"PyMem_Free", (void *)hook_pymem_free, NULL},
 };
 const int cs_dg_nhooks = sizeof cs_dg_hooks / sizeof cs_dg_hooks[0];
+
+int cs_dg_hooks_ready(void)
+{
+    *(void **)&real_pymem_free = dlsym(RTLD_DEFAULT, "PyMem_Free");
+    return real_pymem_free != NULL;
+}

@@ -10,25 +10,30 @@
 
 #include "got.h"
 
-/* A consumer took the tensor mt, whose data spans [data, data + n). */
-void cs_dg_consumed(void *mt, uintptr_t data, uint64_t n);
-/* mt was released (its deleter is about to run): frees from here on are
- * its own. */
-void cs_dg_released(void *mt);
+/* Watch consumed tensors from now on (the lifecycle's data watch). */
+void cs_dg_init(void);
+/* PyMem_Free's original was found: cs_dg_hooks may be installed. */
+int cs_dg_hooks_ready(void);
 
-/* The filter: one test per free. Pages that live consumed tensors' data
- * spans have a nonzero count. */
+/* The filter: the 256-byte granule each live consumed tensor's data
+ * starts in has a nonzero count. A block whose start lies in that granule
+ * or the one before holds the data's start: the data itself, or a header
+ * of up to 256 bytes and then the data (the same block). */
+#define CS_DG_GRAIN 8
 extern _Atomic uint16_t cs_dg_pages[4096];
-static inline unsigned cs_dg_page(uintptr_t p)
+static inline unsigned cs_dg_page(uintptr_t granule)
 {
-    return (unsigned)(((uint64_t)(p >> 12) * 0x9e3779b97f4a7c15ull) >> 52);
+    return (unsigned)(((uint64_t)granule * 0x9e3779b97f4a7c15ull) >> 52);
 }
 void cs_dg_check_slow(uintptr_t p, unsigned how);
 /* p is being freed by `how` (CS_FREED_*): free() of a malloc block (its
  * whole usable size counts), or PyMem_Free (p itself counts). */
 static inline void cs_dg_check(uintptr_t p, unsigned how)
 {
-    if (__builtin_expect(atomic_load_explicit(&cs_dg_pages[cs_dg_page(p)], memory_order_relaxed) != 0, 0))
+    uintptr_t g = p >> CS_DG_GRAIN;
+    if (__builtin_expect((atomic_load_explicit(&cs_dg_pages[cs_dg_page(g)], memory_order_relaxed) |
+                          atomic_load_explicit(&cs_dg_pages[cs_dg_page(g + 1)],
+                                               memory_order_relaxed)) != 0, 0))
         cs_dg_check_slow(p, how);
 }
 

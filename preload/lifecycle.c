@@ -93,6 +93,8 @@ static unsigned dlpack_event(cs_lifecycle *lc, stripe *st, obj *o, const cs_even
             o->state = CS_ST_CONSUMED;
             if (!(ev->flags & CS_EVF_OFFSET_IGNORED))
                 o->data = ev->c;
+            if (o->data && cs_lc_data_watch)
+                cs_lc_data_watch(o->data, o->bytes, 1);
             if (ev->a == o->capsule)
                 o->flags |= OF_CAPSULE_USED;
             ot_hist_add(st, o, ev, j);

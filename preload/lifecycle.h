@@ -114,6 +114,15 @@ int cs_lc_report_live(cs_lifecycle *lc, int ns, uint64_t origin_c);
  * Returns how many; 0 with *out == NULL when there are none. */
 size_t cs_lc_live_keys(cs_lifecycle *lc, int ns, uint64_t **out);
 
+/* The runtime's watch on consumed tensors' data (dataguard.c): called with
+ * sign +1 when a tensor whose data span is known is consumed, -1 when it
+ * stops being consumed (released, or lent again), under its stripe's lock.
+ * NULL (the report tool): nothing is called. */
+extern void (*cs_lc_data_watch)(uint64_t data, uint64_t bytes, int sign);
+/* The consumed, unreleased tensors whose data span overlaps [lo, hi):
+ * up to max of them into out; returns how many. Locks each stripe. */
+size_t cs_lc_consumed_in(cs_lifecycle *lc, uint64_t lo, uint64_t hi, uint64_t *out, size_t max);
+
 /* Running totals of live objects, kept as events are judged (cheap). */
 typedef struct cs_lc_totals {
     int64_t dlpack, dlpack_bytes, numpy, numpy_bytes;

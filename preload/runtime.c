@@ -597,8 +597,10 @@ static int start(int preload)
     if (cs_numpy_init())
         for (int i = 0; i < cs_numpy_nhooks; i++)
             all_hooks[n++] = cs_numpy_hooks[i];
-    for (int i = 0; i < cs_dg_nhooks; i++)
-        all_hooks[n++] = cs_dg_hooks[i];
+    cs_dg_init();
+    if (cs_dg_hooks_ready())
+        for (int i = 0; i < cs_dg_nhooks; i++)
+            all_hooks[n++] = cs_dg_hooks[i];
     for (size_t i = 0; i < sizeof process_hooks / sizeof process_hooks[0]; i++)
         if (!api_mode || strcmp(process_hooks[i].name, "__libc_start_main") != 0)
             all_hooks[n++] = process_hooks[i];
