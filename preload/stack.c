@@ -243,8 +243,10 @@ fail:
     return 0;
 }
 
-/* GIL held: co's id, interned for good. 0 when out of memory. */
-static uint32_t code_intern(code_obj *co)
+/* co's id. With the GIL (gil = 1) it is interned for good; without it, a
+ * weak entry is made if need be, and 0 is the answer when co's names are
+ * not ASCII (they cannot be read without a call). 0 when out of memory. */
+static uint32_t code_id(code_obj *co, int gil)
 {
     const cs_pylayout *l = cs_py.layout;
     uint32_t id = 0;
@@ -255,7 +257,7 @@ static uint32_t code_intern(code_obj *co)
     if (code_keys[i]) {
         code_info *c = code_at(code_vals[i]);
         if (code_same(c, co)) {
-            if (c->weak) {
+            if (gil && c->weak) {
                 /* the object a GIL-less read saw: hold it from now on */
                 cs_py.IncRef((PyObject_ *)co);
                 c->weak = 0;
@@ -265,40 +267,23 @@ static uint32_t code_intern(code_obj *co)
         }
         /* a weak entry's object died and its address was reused */
     }
-    /* a pending exception must survive our string conversions (R5) */
-    PyObject_ *et, *ev, *tb;
-    cs_py.Err_Fetch(&et, &ev, &tb);
-    char *file = utf8_copy(AT(co, l->co_filename, PyObject_ *));
-    char *name = utf8_copy(AT(co, l->co_name, PyObject_ *));
-    cs_py.Err_Restore(et, ev, tb);
-    id = code_new(co, i, file, name, 0);
-    /* the code object must outlive its id: a reused address would name a
-     * different function */
-    if (id)
-        cs_py.IncRef((PyObject_ *)co);
-out:
-    cs_spin_unlock(&code_mu);
-    return id;
-}
-
-/* Without the GIL: co's id, a weak entry made if need be; 0 when its
- * names are not ASCII (they cannot be read without a call) */
-static uint32_t code_lookup(code_obj *co)
-{
-    const cs_pylayout *l = cs_py.layout;
-    uint32_t id = 0;
-    cs_spin_lock(&code_mu);
-    size_t i = code_slot(co);
-    if (i == SIZE_MAX)
-        goto out;
-    if (code_keys[i] && code_same(code_at(code_vals[i]), co)) {
-        id = code_vals[i];
-        goto out;
+    if (gil) {
+        /* a pending exception must survive our string conversions (R5) */
+        PyObject_ *et, *ev, *tb;
+        cs_py.Err_Fetch(&et, &ev, &tb);
+        char *file = utf8_copy(AT(co, l->co_filename, PyObject_ *));
+        char *name = utf8_copy(AT(co, l->co_name, PyObject_ *));
+        cs_py.Err_Restore(et, ev, tb);
+        /* the code object must outlive its id: a reused address would
+         * name a different function */
+        if ((id = code_new(co, i, file, name, 0)))
+            cs_py.IncRef((PyObject_ *)co);
+    } else {
+        const char *file = ascii_in_place(AT(co, l->co_filename, const void *));
+        const char *name = ascii_in_place(AT(co, l->co_name, const void *));
+        if (file && name)
+            id = code_new(co, i, strdup(file), strdup(name), 1);
     }
-    const char *file = ascii_in_place(AT(co, l->co_filename, const void *));
-    const char *name = ascii_in_place(AT(co, l->co_name, const void *));
-    if (file && name)
-        id = code_new(co, i, strdup(file), strdup(name), 1);
 out:
     cs_spin_unlock(&code_mu);
     return id;
@@ -440,7 +425,7 @@ static int python_frames(cs_stack_cache *c, uint64_t *out, int max, int gil, int
             line = c->lines[slot].line;
             id = c->lines[slot].code_id;
         } else {
-            id = gil ? code_intern(co) : code_lookup(co);
+            id = code_id(co, gil);
             if (!id)
                 break;
             line = cs_py.Code_Addr2Line(co, lasti * 2);
