@@ -47,6 +47,7 @@ const char *cs_event_name(const cs_event *ev)
     case CS_EV_NP_HANDLER: return "handler";
     case CS_EV_NP_FOREIGN_FREE: return "free";
     case CS_EV_NP_REACHABLE: return "reachable";
+    case CS_EV_NP_WRAP: return "wrap";
     }
     return "event";
 }
@@ -84,6 +85,9 @@ const char *cs_event_phrase(const cs_finding *f, int i)
     case CS_EV_NP_ALLOC: return "allocated at";
     case CS_EV_NP_FREE: return earlier ? "freed again at" : "freed at";
     case CS_EV_NP_HANDLER: return "handler installed at";
+    case CS_EV_NP_WRAP:
+        return ev->a == ev->obj ? "array made around this memory at"
+                                : "array made around the memory this pointer lies in at";
     case CS_EV_NP_FOREIGN_FREE:
         for (int j = 0; j < i; j++)
             if (f->events[j].kind == CS_EV_NP_FREE || f->events[j].kind == CS_EV_NP_FOREIGN_FREE)

@@ -305,7 +305,16 @@ static unsigned numpy_event(cs_lifecycle *lc, stripe *st, obj *o, const cs_event
         }
         /* an unknown block may predate capsan (import capsan starts late) */
         return 0;
-    case CS_EV_NP_FOREIGN_FREE:
+    case CS_EV_NP_WRAP:
+        st->wrap = *ev; /* told with the free that follows */
+        return 0;
+    case CS_EV_NP_FOREIGN_FREE: {
+        /* where an extension made an array around this memory, if known */
+        cs_event wrap = st->wrap;
+        int wrapped = wrap.kind && wrap.obj == ev->obj && wrap.thread == ev->thread;
+        st->wrap.kind = 0;
+        if (o && wrapped)
+            ot_hist_add(st, o, &wrap, j);
         if (o && o->state == CS_ST_CREATED) {
             ot_hist_add(st, o, ev, j);
             ot_report(lc, j, CS_KIND_NUMPY_FOREIGN_FREE, o, NULL, 0, 0);
@@ -316,10 +325,11 @@ static unsigned numpy_event(cs_lifecycle *lc, stripe *st, obj *o, const cs_event
             ot_report(lc, j, CS_KIND_NUMPY_DOUBLE_FREE, o, ev, 0, 0);
             ot_hist_add(st, o, ev, j);
         } else {
-            obj tmp = {.key = ev->obj};
+            obj tmp = {.key = ev->obj, .hist = &wrap, .nhist = (uint8_t)wrapped};
             ot_report(lc, j, CS_KIND_NUMPY_FOREIGN_FREE, &tmp, ev, 0, 0);
         }
         return 0;
+    }
     case CS_EV_NP_REACHABLE:
         if (o && o->state == CS_ST_CREATED)
             o->flags |= OF_REACHABLE;

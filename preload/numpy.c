@@ -10,6 +10,7 @@
  * that really made or freed it. */
 #include "numpy.h"
 #include "dataguard.h"
+#include "npwrap.h"
 
 #include <dlfcn.h>
 #include <link.h>
@@ -547,6 +548,18 @@ static int find_free_calls(const segs *s, uintptr_t lo, uintptr_t hi, uintptr_t 
     return n;
 }
 
+/* numpy's C-API table, read as import_array does (the capsule's own
+ * name: numpy 1.x leaves it NULL), for npwrap.c's constructor hooks */
+static int wrap_api(PyObject_ *mod)
+{
+    PyObject_ *cap = cs_py.Object_GetAttrString(mod, "_ARRAY_API");
+    if (!cap)
+        return 0; /* the caller restores the error state */
+    cs_npwrap_install(cs_py.Capsule_GetPointer(cap, cs_py.Capsule_GetName(cap)));
+    cs_py.DecRef(cap); /* the table is static in numpy's module */
+    return 1;
+}
+
 static void learn_dealloc(void)
 {
     static PyObject_ *(*modules)(void);
@@ -567,7 +580,9 @@ static void learn_dealloc(void)
     /* numpy 2 keeps a numpy.core shim: the first name is the module */
     if (sysmods && !(mod = dict_get(sysmods, "numpy._core._multiarray_umath")))
         mod = dict_get(sysmods, "numpy.core._multiarray_umath");
-    if (mod) {
+    /* numpy 2's multi-phase init puts the module in sys.modules before it
+     * runs: until _ARRAY_API is there, learn again later */
+    if (mod && !atomic_load_explicit(&free_sites[0], memory_order_relaxed)) {
         PyObject_ *type = cs_py.Object_GetAttrString(mod, "ndarray");
         uintptr_t fn = type ? *(const uintptr_t *)((const char *)type + TP_DEALLOC_OFFSET) : 0;
         uintptr_t lo, hi, sites[MAX_FREE_SITES];
@@ -579,11 +594,14 @@ static void learn_dealloc(void)
             atomic_store_explicit(&free_sites[i], sites[i], memory_order_release);
         if (type)
             cs_py.DecRef(type);
-        dealloc_known = 1; /* found or not, numpy is imported: never again */
-        if (cs_opt.verbosity)
+        if (cs_opt.verbosity && (n || type))
             dprintf(2, "==%d==capsan: numpy's array_dealloc: %d free() call(s)%s\n", (int)getpid(),
                     n, n ? "" : ": numpy-foreign-free is off");
+        if (!n && type)
+            atomic_store(&free_sites[0], 1); /* no free() call: never a site */
     }
+    if (mod && wrap_api(mod))
+        dealloc_known = 1; /* numpy is imported: never again */
     cs_py.Err_Restore(t, v, tb);
 }
 
@@ -624,7 +642,9 @@ static void hook_free(void *p)
         note_ctx_free(a);
     if (__builtin_expect(is_free_site((uintptr_t)__builtin_return_address(0)), 0) && p &&
         cs_recording) {
-        cs_event ev = {.kind = CS_EV_NP_FOREIGN_FREE, .obj = (uint64_t)(uintptr_t)p};
+        cs_event w, ev = {.kind = CS_EV_NP_FOREIGN_FREE, .obj = (uint64_t)(uintptr_t)p};
+        if (cs_npwrap_find(a, &w)) /* the line that made an array around it */
+            cs_emit(&w, 0, NULL, NULL);
         cs_emit(&ev, 1, NULL, NULL); /* reported before a bad free can abort */
     }
     free(p);

@@ -125,6 +125,20 @@ unsigned cs_emit(cs_event *ev, int want_stack, cs_event *origin, int *found)
     return v;
 }
 
+uint32_t cs_stack_now(int want_stack, unsigned site)
+{
+    cs_thread *t = cs_thread_get();
+    if (!t || t->busy || !cs_recording || !cs_lc ||
+        !(cs_opt.native_depth > 0 || cs_opt.python_depth > 0))
+        return 0;
+    t->busy = 1;
+    cs_thread_note(t); /* the stack's records go into an open trace */
+    int gil = cs_py_live() && cs_gil_held();
+    uint32_t id = cs_stack_capture(t, gil, want_stack == CS_STACK_PYTHON, site);
+    t->busy = 0;
+    return id;
+}
+
 /* ---- calls without the GIL (R12, R33) ---- */
 
 static __thread int in_nogil_deleter __attribute__((tls_model("initial-exec")));

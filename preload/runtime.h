@@ -24,6 +24,10 @@ extern volatile int cs_recording;
 unsigned cs_emit(cs_event *ev, int want_stack, cs_event *export_out, int *found);
 /* want_stack: 0 none (reuse ev->stack), 1 native and Python, or: */
 #define CS_STACK_PYTHON 2 /* Python frames only while the GIL is held */
+/* This thread's stack now, for an event emitted later (its id goes in
+ * ev->stack; cs_emit with want_stack 0 keeps it); 0 when not recording or
+ * inside capsan. `site` as for cs_stack_capture. */
+uint32_t cs_stack_now(int want_stack, unsigned site);
 
 /* A Python-facing call at `site` (a return address) by a thread without
  * the GIL: reported once per site (CS_NOGIL_*). Cheap when the GIL is held.

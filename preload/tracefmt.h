@@ -160,6 +160,9 @@ enum cs_event_kind {
     CS_EV_NP_FOREIGN_FREE = 19, /* numpy free()d an OWNDATA array's data that no handler gave */
     CS_EV_NP_REACHABLE = 20, /* at exit, a live block's address is in a module's static
                               * data (numpy's small-block cache): a=where, b=module base */
+    CS_EV_NP_WRAP = 21,     /* an extension made an array around the memory obj lies in
+                             * (stack: where); a=array data, b=bytes spanned, c=lowest
+                             * byte. Emitted just before the NP_FOREIGN_FREE of obj. */
 };
 
 /* CS_EV_NP_FREE extra: why the handler freeing a block is not fit to */

@@ -19,7 +19,10 @@ def test_owndata_alias_double_free(tmp_path, anypy):
     f = assert_finding_at(res, "numpy-double-free", S, "alloc", event="alloc", innermost=False)
     assert_finding_at(res, "numpy-double-free", S, "free", event="free")
     assert_finding_at(res, "numpy-double-free", S, "free-again", innermost=False)
+    # the line that made the alias: the array made around the block
+    assert_finding_at(res, "numpy-double-free", S, "wrap", event="wrap", innermost=False)
     phrases = [e.get("phrase") for e in f["events"]]
+    assert "array made around this memory at" in phrases, phrases
     assert phrases[-1] == "freed again with libc free() by numpy at", phrases
     assert kinds(res.report) == {"numpy-double-free"}, summarize(res.report)
     assert len(findings(res.report)) == 1, summarize(res.report)

@@ -9,7 +9,7 @@ import np_foreign as O
 
 def load():
     grid = np.arange(512.0).reshape(16, 32)  # <-- alloc
-    flat = O.flat_owner(grid)
+    flat = O.flat_owner(grid)  # <-- wrap
     return grid, flat
 
 
