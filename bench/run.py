@@ -12,10 +12,19 @@ handler and a Python-callable one made with capsan.allocator().
 BENCH_ONLY=allocator runs only that; BENCH_ALLOCS sets the count.
 
 roundtrips(): W2 on Debian's stack and on the cp311 venv's (numpy 2,
-torch 2.13); BENCH_ONLY=w2 runs only that."""
+torch 2.13); BENCH_ONLY=w2 runs only that.
+
+longrun(): bench/longrun.py, 50 million DLPack exchange and NumPy allocation
+events in one process (BENCH_LONGRUN_EVENTS sets the number), plain and
+under capsan, and the same at a tenth of that: capsan's RSS above the plain
+run at each checkpoint and its trace, which must not grow with the number
+of events. BENCH_ONLY=longrun runs only that."""
+import glob
+import json
 import os
 import resource
 import statistics
+import struct
 import subprocess
 import sys
 import tempfile
@@ -292,6 +301,138 @@ def roundtrips():
         print(f"  {cfg:30s} {cells}   target (issue 2) <= {limit:.2f}x: {verdict}")
 
 
+TRACE_RECORDS = {1: "PAD", 2: "PROCESS", 3: "MODULE", 4: "CODE", 5: "FRAME", 6: "EVENT",
+                 7: "THREAD", 8: "END", 9: "OPTIONS", 10: "COUNTS"}
+
+
+def trace_records(path):
+    """(bytes written, {record name: (count, bytes)}) of one trace: its
+    records up to the zero header that ends what was written
+    (reports/FORMAT.md). The file itself is bigger, grown in 8 MiB chunks."""
+    with open(path, "rb") as f:
+        data = f.read()
+    off = struct.unpack_from("<I", data, 12)[0]
+    recs = {}
+    while off + 8 <= len(data):
+        typ, _, size = struct.unpack_from("<HHI", data, off)
+        if size < 8:
+            break
+        name = TRACE_RECORDS.get(typ, str(typ))
+        count, nbytes = recs.get(name, (0, 0))
+        recs[name] = (count + 1, nbytes + size)
+        off += size
+    return off, recs
+
+
+def longrun_once(py, n, tmp, capsan_opts):
+    """One run of bench/longrun.py: {checkpoint %: (RSS KiB, file-backed
+    KiB)}, peak RSS KiB, loop wall seconds, and under capsan (capsan_opts
+    not None) the trace's path."""
+    env = dict(os.environ)
+    env.pop("LD_PRELOAD", None)
+    trace = None
+    if capsan_opts is not None:
+        d = tempfile.mkdtemp(prefix="run-", dir=tmp)
+        env["LD_PRELOAD"] = LIB
+        env["CAPSAN_OPTIONS"] = f"log_path={d}/t:exitcode=0" + capsan_opts
+    out = subprocess.run([py, os.path.join(ROOT, "bench", "longrun.py"), str(n)], env=env,
+                         check=True, stdout=subprocess.PIPE, text=True).stdout.splitlines()
+    marks, peak = {}, 0
+    for ln in out:
+        f = ln.split()
+        if f[0] == "checkpoint":
+            marks[int(f[1])] = (int(f[3]), int(f[4]))
+        elif f[0] == "maxrss":
+            peak = int(f[1])
+    if capsan_opts is not None:
+        traces = glob.glob(os.path.join(d, "t.*"))
+        if len(traces) != 1:
+            raise SystemExit(f"longrun: expected one trace in {d}, found {traces}")
+        trace = traces[0]
+    return marks, peak, float(out[-1].split()[0]), trace
+
+
+def trace_events(trace):
+    """The events capsan observed, as `capsan report --format json` sums them."""
+    capsan = os.path.join(ROOT, "build", "bin", "capsan")
+    out = subprocess.run([capsan, "report", "--format", "json", trace], check=True,
+                         stdout=subprocess.PIPE, text=True).stdout
+    return sum(p["summary"]["events"] for p in json.loads(out)["processes"])
+
+
+LONGRUN_TOLERANCE_MIB = 1.0  # growth of capsan's RSS overhead that still counts as flat
+
+
+def longrun():
+    """Bounded memory in long runs (issue 14): bench/longrun.py reaches N
+    DLPack exchange and NumPy allocation events (default 50 million,
+    BENCH_LONGRUN_EVENTS) with a bounded live set and eight call sites, plain
+    and under capsan (stacks on, write-behind trace), then the same at N/10.
+    Printed: capsan's RSS above the plain run at 10%, 50% and 100% of N and
+    at the peak; whether it grew from 10% to 100% (flat within
+    LONGRUN_TOLERANCE_MIB); the trace written, per million events and by
+    record type; and N/10 against N, which should be about equal, not 10x.
+    RSS and trace size are the figures: one run each, so wall times are only
+    indicative. Debian's stack, and the cp311 venv's when `make venvs` made
+    it. BENCH_ONLY=longrun runs only this."""
+    n = int(os.environ.get("BENCH_LONGRUN_EVENTS", "50000000"))
+    stacks = [("Debian", PY)]
+    cur = venv_python("cp311")
+    if cur:
+        stacks.append(("cp311", cur))
+    tmp = tempfile.mkdtemp(prefix="capsan-bench-long-")
+    mib = 1024.0
+    try:
+        for name, py in stacks:
+            np_v, torch_v = stack_versions(py)
+            print(f"Long run, bench/longrun.py, {name}: numpy {np_v}, torch {torch_v} "
+                  f"(one process; live set 256 exchanges + 256 arrays, 8 call sites):")
+            res = {}
+            for k in (n // 10, n):
+                plain = longrun_once(py, k, tmp, None)
+                cap = longrun_once(py, k, tmp, "")
+                events = trace_events(cap[3])
+                written, recs = trace_records(cap[3])
+                st = os.stat(cap[3])
+                over = {p: (cap[0][p][0] - plain[0][p][0]) / mib for p in sorted(cap[0])}
+                fover = {p: (cap[0][p][1] - plain[0][p][1]) / mib for p in sorted(cap[0])}
+                peak = (cap[1] - plain[1]) / mib
+                res[k] = (over[100], written, recs)
+                print(f"  {k:,} events: capsan saw {events:,}; loop {plain[2]:.1f}s plain, "
+                      f"{cap[2]:.1f}s under capsan ({cap[2] / plain[2]:.2f}x)")
+                print("    RSS above plain: " +
+                      "  ".join(f"{p}% {v:.1f} MiB" for p, v in over.items()) +
+                      f"  peak {peak:.1f} MiB  (plain: {plain[0][100][0] / mib:.0f} MiB at 100%)")
+                print("      of which file-backed (the trace's 8 MiB chunks, capsan's libraries): " +
+                      "  ".join(f"{p}% {v:.1f} MiB" for p, v in fover.items()))
+                grew = over[100] - over[10]
+                verdict = "flat" if grew < LONGRUN_TOLERANCE_MIB else "GROWS"
+                print(f"    from 10% to 100%: {grew:+.2f} MiB, {verdict} "
+                      f"(tolerance {LONGRUN_TOLERANCE_MIB:.0f} MiB)")
+                print(f"    trace: {written / 2**20:.2f} MiB written "
+                      f"({written / 2**20 / (events / 1e6):.4f} MiB per million events; "
+                      f"the file is {st.st_size / 2**20:.0f} MiB, {st.st_blocks * 512 / 2**20:.2f} "
+                      f"MiB on disk)")
+                print("    records: " + ", ".join(
+                    f"{r} {c:,} ({b / 1024:.0f} KiB)"
+                    for r, (c, b) in sorted(recs.items(), key=lambda x: -x[1][1])))
+            (o1, w1, r1), (o2, w2, r2) = res[n // 10], res[n]
+            rss = "flat" if o2 - o1 < LONGRUN_TOLERANCE_MIB else "GROWS"
+            print(f"  {n // 10:,} vs {n:,} events (10x): RSS above plain {o1:.1f} vs {o2:.1f} MiB "
+                  f"({rss}), trace {w1 / 2**20:.2f} vs {w2 / 2**20:.2f} MiB ({w2 / w1:.2f}x)")
+            grown = [(r, r2[r][0] - r1.get(r, (0, 0))[0], r2[r][1] - r1.get(r, (0, 0))[1])
+                     for r in r2]
+            grown = [g for g in grown if g[2] > 0]
+            if grown:
+                why = (" (COUNTS: one record per 10 ms while events happen, so it follows"
+                       " the run's time, not its events)"
+                       if any(g[0] == "COUNTS" for g in grown) else "")
+                print("    what the trace gained: " + ", ".join(
+                    f"{r} +{c:,} records (+{b / 1024:.0f} KiB)" for r, c, b in grown) + why)
+    finally:
+        subprocess.run(["rm", "-rf", tmp])
+
+
 def main():
     if os.environ.get("BENCH_ONLY") == "w2":
         roundtrips()
@@ -305,6 +446,9 @@ def main():
     if os.environ.get("BENCH_ONLY") == "allocator":
         allocator_cost()
         return
+    if os.environ.get("BENCH_ONLY") == "longrun":
+        longrun()
+        return
     roundtrips()
     numpy_alloc()
     measure("start-up: import numpy, torch",
@@ -312,6 +456,7 @@ def main():
             [("plain", None), ("capsan", "")])
     allocator_cost()
     report_throughput()
+    longrun()
 
 
 if __name__ == "__main__":

@@ -227,9 +227,17 @@ static void deleter_tramp(void *mt)
      * the deleter reaches without taking it is reported (cs_check_gil) */
     if (nogil)
         cs_deleter_nogil(1);
+    unsigned frees = cs_frees;
     ((void (*)(void *))(uintptr_t)origin.b)(mt);
     if (nogil)
         cs_deleter_nogil(0);
+    if (python && !live && cs_frees == frees) {
+        /* during interpreter shutdown a deleter may decline to run (numpy's
+         * does once Py_IsInitialized() is 0): it freed nothing, so what
+         * it should have released is still there (lifecycle.c judges) */
+        cs_event d = {.kind = CS_EV_DROPPED, .obj = ev.obj, .c = ev.c, .stack = ev.stack};
+        cs_emit(&d, 0, NULL, NULL);
+    }
 }
 
 /* A capsule that still holds a tensor is dying, and that tensor was
@@ -280,6 +288,12 @@ void cs_capsule_dtor_body(PyObject_ *cap, unsigned k)
         t->dtor_capsule = cap;
     if (orig && !skip)
         orig(cap);
+    /* the capsule is freed next, and nothing reads its pointer after the
+     * destructor: a stale copy in freed memory would make the tensor look
+     * referenced to the reachability scan at _exit (reach.c) */
+    const capsule_obj *dc = direct(cap);
+    if (dc)
+        ((capsule_obj *)dc)->pointer = NULL;
     if (t) {
         t->dtor_capsule = saved;
         t->predicted = saved_pred;

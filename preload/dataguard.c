@@ -16,6 +16,7 @@
 
 #include "lifecycle.h"
 #include "runtime.h"
+#include "thread.h"
 
 _Atomic uint16_t cs_dg_pages[4096];
 static _Atomic uint64_t starts[4096];
@@ -65,6 +66,7 @@ static void (*real_pymem_free)(void *);
 
 static void hook_pymem_free(void *p)
 {
+    cs_frees++;
     cs_dg_check((uintptr_t)p, CS_FREED_PYMEM);
     real_pymem_free(p);
 }

@@ -41,6 +41,14 @@ void cs_findings_init(void)
         dprintf(2, "capsan: %s\n", err);
 }
 
+void cs_findings_own_memory(void (*fn)(void *ud, const void *p, size_t n), void *ud)
+{
+    /* another thread's pending buffer is not reached: it is emptied after
+     * every event, and only an object with a finding can be in it */
+    fn(ud, pending, cappending * sizeof *pending);
+    fn(ud, logbuf, caplog * sizeof *logbuf);
+}
+
 /* findings judged, suppressed or not */
 static _Atomic unsigned n_judged;
 
@@ -116,7 +124,7 @@ static cs_proc_info proc_info(void)
 
 static int is_leak(const cs_finding *f)
 {
-    return f->kind == CS_KIND_DLPACK_LEAK || f->kind == CS_KIND_NUMPY_LEAK;
+    return cs_kind_is_grouped(f->kind);
 }
 
 static int may_print(void)
@@ -186,7 +194,7 @@ static void flush(int grouped)
     for (size_t i = 0; i < n; i++) {
         if (!may_print())
             continue;
-        cs_render_text_leak_group(&o, &p, &v[i]->first, v[i]->count, v[i]->bytes, &live_src);
+        cs_render_text_leak_group(&o, &p, v[i], &live_src);
         printed += v[i]->count;
     }
     free(v);

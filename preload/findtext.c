@@ -40,13 +40,15 @@ const char *cs_event_name(const cs_event *ev)
     case CS_EV_DEVICE: return "alloc";
     case CS_EV_DATA_FREED: return "free";
     case CS_EV_DELETE: return "delete";
+    case CS_EV_DROPPED: return "dropped";
     case CS_EV_DESTROY: return "destroy";
     case CS_EV_BAD_TENSOR: return "check";
     case CS_EV_NP_ALLOC: return "alloc";
     case CS_EV_NP_FREE: return "free";
     case CS_EV_NP_HANDLER: return "handler";
     case CS_EV_NP_FOREIGN_FREE: return "free";
-    case CS_EV_NP_REACHABLE: return "reachable";
+    case CS_EV_NP_REACHABLE:
+    case CS_EV_REACHABLE: return "reachable";
     case CS_EV_NP_WRAP: return "wrap";
     }
     return "event";
@@ -81,10 +83,13 @@ const char *cs_event_phrase(const cs_finding *f, int i)
                            : "deleted by the capsule destructor at";
         return earlier ? "deleted again at" : "deleted at";
     case CS_EV_DESTROY: return "capsule destroyed at";
+    case CS_EV_DROPPED: return "its deleter released nothing (interpreter shutdown) at";
     case CS_EV_BAD_TENSOR: return "checked at";
     case CS_EV_NP_ALLOC: return "allocated at";
     case CS_EV_NP_FREE: return earlier ? "freed again at" : "freed at";
     case CS_EV_NP_HANDLER: return "handler installed at";
+    case CS_EV_NP_REACHABLE:
+    case CS_EV_REACHABLE: return "still referenced at the end: its address is stored in the process's memory";
     case CS_EV_NP_WRAP:
         return ev->a == ev->obj ? "array made around this memory at"
                                 : "array made around the memory this pointer lies in at";
@@ -99,6 +104,8 @@ const char *cs_event_phrase(const cs_finding *f, int i)
 
 const char *cs_finding_object_type(const cs_finding *f)
 {
+    if (f->kind == CS_KIND_LIVE_AT_EXIT && f->nevents && f->events[0].kind == CS_EV_NP_ALLOC)
+        return "numpy data";
     switch (f->kind) {
     case CS_KIND_NUMPY_BAD_HANDLER: return "PyDataMem_Handler";
     case CS_KIND_NUMPY_LEAK:
@@ -191,10 +198,21 @@ const char *cs_finding_message(const cs_finding *f, char *buf, size_t n)
             snprintf(buf, n, "%s 0x%llx (%llu bytes) was exported and never consumed nor "
                      "released", t, p, (unsigned long long)f->bytes);
             break;
+        case CS_LEAK_SHUTDOWN:
+            snprintf(buf, n, "%s 0x%llx (%llu bytes) was exported and never consumed; its "
+                     "capsule lived until interpreter shutdown, when the deleter declined to "
+                     "release it (drop unconsumed capsules before exit)", t, p,
+                     (unsigned long long)f->bytes);
+            break;
         default:
             snprintf(buf, n, "%s 0x%llx (%llu bytes) leaked: its capsule died unconsumed and "
                      "the destructor did not call the deleter", t, p, (unsigned long long)f->bytes);
         }
+        break;
+    case CS_KIND_LIVE_AT_EXIT:
+        snprintf(buf, n, "%s 0x%llx (%llu bytes) was still referenced when the process called "
+                 "_exit(), which runs no cleanup: live, not leaked", t, p,
+                 (unsigned long long)f->bytes);
         break;
     case CS_KIND_DLPACK_DATA_FREED:
         snprintf(buf, n, "the memory the data of %s 0x%llx lies in was freed (%s 0x%llx) while "

@@ -25,6 +25,16 @@ static void not_renamed(cs_lifecycle *lc, stripe *st, obj *o, const cs_event *ev
     ot_report(lc, j, CS_KIND_DLPACK_NOT_RENAMED, o, NULL, 0, 0);
 }
 
+static int ever_consumed(const obj *o)
+{
+    if (o->flags & OF_CAPSULE_USED)
+        return 1;
+    for (unsigned i = 0; i < o->nhist; i++)
+        if (o->hist[i].kind == CS_EV_CONSUME)
+            return 1;
+    return 0;
+}
+
 static unsigned dlpack_event(cs_lifecycle *lc, stripe *st, obj *o, const cs_event *ev, judge *j)
 {
     unsigned verdict = 0;
@@ -231,6 +241,29 @@ static unsigned dlpack_event(cs_lifecycle *lc, stripe *st, obj *o, const cs_even
         }
         return 0;
 
+    case CS_EV_REACHABLE:
+        /* kept in the history: a replay of a live-at-exit finding must
+         * know why it was not a leak */
+        if (o && o->state != CS_ST_RELEASED) {
+            o->flags |= OF_REACHABLE;
+            ot_hist_add(st, o, ev, j);
+        }
+        return 0;
+
+    case CS_EV_DROPPED:
+        /* released during interpreter shutdown by a deleter that freed
+         * nothing. A tensor its consumer held and let go of then stays
+         * clean (numpy keeps such an array alive on purpose, PR 22510);
+         * one nobody ever consumed was only dropped: leaked, judged at exit */
+        if (o && o->state == CS_ST_RELEASED && !ever_consumed(o) &&
+            !(o->flags & (OF_LEAK_REPORTED | OF_NULL_DELETER | OF_DROPPED))) {
+            ot_hist_add(st, o, ev, j);
+            o->flags |= OF_DROPPED;
+            o->data = ev->c;
+            o->gen = ++st->gen; /* out of the tombstone FIFO until the exit verdict */
+        }
+        return 0;
+
     case CS_EV_DEVICE:
         if (o) {
             ot_hist_add(st, o, ev, j);
@@ -331,8 +364,10 @@ static unsigned numpy_event(cs_lifecycle *lc, stripe *st, obj *o, const cs_event
         return 0;
     }
     case CS_EV_NP_REACHABLE:
-        if (o && o->state == CS_ST_CREATED)
+        if (o && o->state == CS_ST_CREATED) {
             o->flags |= OF_REACHABLE;
+            ot_hist_add(st, o, ev, j);
+        }
         return 0;
     case CS_EV_NP_HANDLER:
         if (ev->extra) {
@@ -445,9 +480,28 @@ static int unrenamed_at_exit(const obj *o)
            (o->flags & OF_UNRENAMED) && !(o->flags & OF_CAPSULE_DEAD);
 }
 
+/* exported, never consumed, and dropped at shutdown (CS_EV_DROPPED) */
+static int dropped_at_exit(const obj *o)
+{
+    return o->key && o->ns == CS_NS_DLPACK && (o->flags & OF_DROPPED) &&
+           !(o->flags & OF_LEAK_REPORTED);
+}
+
+/* a live block only a shutdown deleter kept: no leak of its own, but the
+ * indirect part of a dropped tensor whose data it holds */
+static int kept_block(cs_lifecycle *lc, const obj *o)
+{
+    return o->key && o->ns == CS_NS_NUMPY && o->state == CS_ST_CREATED &&
+           !(o->flags & (OF_LEAK_REPORTED | OF_REACHABLE)) && ot_kept_at_shutdown(lc, o->key);
+}
+
 typedef struct leak_ref {
     uint64_t time, key;
+    uint64_t lo, hi;  /* NumPy: the block; DLPack: the data it lends, if known */
     int ns;
+    int what;         /* 0 a leak, 1 unrenamed, 2 only if it is someone's indirect,
+                       * 3 live at _exit (reachable) unless it is someone's indirect */
+    long root;        /* NumPy: the leaked tensor whose data lies in it, or -1 */
 } leak_ref;
 
 static int cmp_leak(const void *a, const void *b)
@@ -460,11 +514,97 @@ static int cmp_leak(const void *a, const void *b)
     return (x->key > y->key) - (x->key < y->key);
 }
 
+static int cmp_root(const void *a, const void *b)
+{
+    const leak_ref *const *x = a, *const *y = b;
+    return ((*x)->lo > (*y)->lo) - ((*x)->lo < (*y)->lo);
+}
+
+/* Each NumPy block that a leaked tensor's data lies in is that tensor's
+ * indirect leak (a consumer that never deleted a numpy export leaks the
+ * struct and, through manager_ctx, the array): v[i].root = the tensor. */
+static void link_indirect(leak_ref *v, size_t nv)
+{
+    size_t nr = 0;
+    for (size_t i = 0; i < nv; i++)
+        nr += v[i].ns == CS_NS_DLPACK && v[i].what == 0 && v[i].lo;
+    leak_ref **r = nr ? malloc(nr * sizeof *r) : NULL;
+    if (!r)
+        return;
+    nr = 0;
+    for (size_t i = 0; i < nv; i++)
+        if (v[i].ns == CS_NS_DLPACK && v[i].what == 0 && v[i].lo)
+            r[nr++] = &v[i];
+    qsort(r, nr, sizeof *r, cmp_root);
+    for (size_t i = 0; i < nv; i++) {
+        if (v[i].ns != CS_NS_NUMPY)
+            continue;
+        size_t lo = 0, hi = nr; /* the first root whose data is >= the block */
+        while (lo < hi) {
+            size_t mid = lo + (hi - lo) / 2;
+            if (r[mid]->lo < v[i].lo)
+                lo = mid + 1;
+            else
+                hi = mid;
+        }
+        if (lo < nr && r[lo]->lo < v[i].hi)
+            v[i].root = r[lo] - v;
+    }
+    free(r);
+}
+
+/* The indirect part of root v[ri]: each block is traced (its history goes
+ * to the sink, so a replay links it the same way) and not reported again. */
+static void gather_indirect(cs_lifecycle *lc, leak_ref *v, size_t nv, size_t ri, cs_finding *ind)
+{
+    memset(ind, 0, sizeof *ind);
+    for (size_t i = 0; i < nv; i++) {
+        if (v[i].root != (long)ri)
+            continue;
+        stripe *st = ot_stripe_of(lc, v[i].key);
+        ot_lock(lc, st);
+        obj *o = ot_find(st, v[i].key, v[i].ns);
+        if (o && o->state == CS_ST_CREATED && !(o->flags & OF_LEAK_REPORTED)) {
+            o->flags |= OF_LEAK_REPORTED;
+            ot_trace(lc, o);
+            if (ind->nindirect < CS_FINDING_MAX_INDIRECT)
+                ind->indirect[ind->nindirect] = (cs_indirect){
+                    .kind = CS_KIND_NUMPY_LEAK, .obj = o->key, .bytes = o->bytes,
+                    .alloc = o->nhist ? o->hist[0] : (cs_event){0}};
+            ind->nindirect++;
+            ind->indirect_bytes += o->bytes;
+        }
+        ot_unlock(lc, st);
+    }
+}
+
+/* at _exit: what is still alive and was made by the program (not by an
+ * import: module data), or released by nobody who could */
+static int live_at_quick_exit(const obj *o)
+{
+    return o->key && (o->state == CS_ST_CREATED || o->state == CS_ST_CONSUMED) &&
+           !(o->flags & (OF_LEAK_REPORTED | OF_NULL_DELETER)) &&
+           !(o->ns == CS_NS_NUMPY && o->nhist && (o->hist[0].flags & CS_EVF_IMPORT));
+}
+
+static int what_at_end(cs_lifecycle *lc, const obj *o, int how)
+{
+    if (how == CS_END_QUICK_EXIT) {
+        if (!live_at_quick_exit(o) || (o->nhist && o->hist[0].time_ns < lc->born_ns))
+            return -1; /* or inherited from the parent this process forked from */
+        return (o->flags & OF_REACHABLE) ? 3 : 0;
+    }
+    return leaked_at_exit(lc, o) || dropped_at_exit(o) ? 0
+         : unrenamed_at_exit(o)                       ? 1
+         : kept_block(lc, o)                          ? 2
+                                                      : -1;
+}
+
 /* Leaks are reported in the order their objects were made, whatever table
  * slot or stripe they sit in. */
 int cs_lc_finish(cs_lifecycle *lc, int how)
 {
-    if (how != CS_END_EXIT)
+    if (how != CS_END_EXIT && how != CS_END_QUICK_EXIT)
         return 0;
     leak_ref *v = NULL;
     size_t nv = 0, cap = 0;
@@ -473,31 +613,56 @@ int cs_lc_finish(cs_lifecycle *lc, int how)
         ot_lock(lc, st);
         for (size_t j = 0; j < st->cap; j++) {
             obj *o = &st->tab[j];
-            if (!leaked_at_exit(lc, o) && !unrenamed_at_exit(o))
+            int what = what_at_end(lc, o, how);
+            if (what < 0)
                 continue;
             if (!ot_room_for_one(&v, nv, &cap, sizeof *v))
                 break;
-            v[nv++] = (leak_ref){o->nhist ? o->hist[0].time_ns : 0, o->key, o->ns};
+            leak_ref r = {o->nhist ? o->hist[0].time_ns : 0, o->key, 0, 0, o->ns, what, -1};
+            if (o->ns == CS_NS_NUMPY) {
+                r.lo = o->key;
+                r.hi = o->key + (o->bytes ? o->bytes : 1);
+            } else {
+                r.lo = o->data;
+            }
+            v[nv++] = r;
         }
         ot_unlock(lc, st);
     }
     if (nv)
         qsort(v, nv, sizeof *v, cmp_leak);
+    link_indirect(v, nv);
     int n = 0;
     for (size_t i = 0; i < nv; i++) {
+        if (v[i].root >= 0 || v[i].what == 2)
+            continue; /* someone's indirect part, or no leak of its own */
+        cs_finding ind;
+        if (v[i].ns == CS_NS_DLPACK && v[i].what == 0)
+            gather_indirect(lc, v, nv, i, &ind);
         stripe *st = ot_stripe_of(lc, v[i].key);
         ot_lock(lc, st);
         obj *o = ot_find(st, v[i].key, v[i].ns);
-        if (o && unrenamed_at_exit(o)) {
+        int what = o ? what_at_end(lc, o, how) : -1;
+        if (what == 3) {
+            o->flags |= OF_LEAK_REPORTED;
+            ot_report(lc, NULL, CS_KIND_LIVE_AT_EXIT, o, NULL, 0, 0);
+            n++;
+        } else if (what == 1) {
             not_renamed(lc, st, o, NULL, NULL);
             n++;
-        } else if (o && leaked_at_exit(lc, o)) {
+        } else if (what == 0) {
             o->flags |= OF_LEAK_REPORTED;
-            if (o->ns == CS_NS_NUMPY)
+            if (o->ns == CS_NS_NUMPY) {
                 ot_report(lc, NULL, CS_KIND_NUMPY_LEAK, o, NULL, 0, 0);
-            else
+            } else {
+                lc->indirect = ind.nindirect ? &ind : NULL;
                 ot_report(lc, NULL, CS_KIND_DLPACK_LEAK, o, NULL,
-                       o->state == CS_ST_CONSUMED ? CS_LEAK_CONSUMED : CS_LEAK_NEVER_CONSUMED, 0);
+                          (o->flags & OF_DROPPED)        ? CS_LEAK_SHUTDOWN
+                          : o->state == CS_ST_CONSUMED ? CS_LEAK_CONSUMED
+                                                       : CS_LEAK_NEVER_CONSUMED,
+                          0);
+                lc->indirect = NULL;
+            }
             n++;
         }
         ot_unlock(lc, st);

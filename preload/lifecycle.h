@@ -29,6 +29,15 @@ const char *cs_kind_help(int kind);
 int cs_kind_from_name(const char *name);  /* CS_KIND_NONE if unknown */
 
 #define CS_FINDING_MAX_EVENTS 8
+#define CS_FINDING_MAX_INDIRECT 4
+
+/* An object kept alive only by a leaked one (LeakSanitizer's indirect
+ * leak): a NumPy block whose data a leaked tensor still lends out. */
+typedef struct cs_indirect {
+    uint16_t kind;        /* the kind it would have had on its own */
+    uint64_t obj, bytes;
+    cs_event alloc;       /* where it was made */
+} cs_indirect;
 
 typedef struct cs_finding {
     uint16_t kind;        /* cs_kind */
@@ -38,6 +47,11 @@ typedef struct cs_finding {
     uint64_t bytes;       /* leaked or affected bytes, 0 if unknown */
     uint64_t value;       /* the offending value for bad-tensor */
     cs_event events[CS_FINDING_MAX_EVENTS]; /* the object's history, in order */
+    /* leaks: what only this leak keeps alive (counted in indirect_bytes,
+     * never as findings of their own); the first ones in indirect[] */
+    uint32_t nindirect;
+    uint64_t indirect_bytes;
+    cs_indirect indirect[CS_FINDING_MAX_INDIRECT];
 } cs_finding;
 
 /* A short message for a finding, e.g. "deleter of DLManagedTensor 0x... ran
@@ -76,6 +90,11 @@ void cs_lc_set_sink(cs_lifecycle *lc, cs_event_sink sink, void *ud);
 /* A forked child writes a new trace: its objects' histories count as
  * unwritten again. */
 void cs_lc_fork_child(cs_lifecycle *lc);
+/* Objects made before time_ns (a forked child's inheritance, made by its
+ * parent) are the parent's to judge: not leaks or live-at-exit of this
+ * process at _exit. The runtime sets it at fork, the reader at the
+ * trace's start. */
+void cs_lc_set_born(cs_lifecycle *lc, uint64_t time_ns);
 
 /* Verdict bits returned by cs_lc_event */
 #define CS_VERDICT_SKIP 1u  /* a repeated delete: protect=1 may skip the call */
@@ -93,10 +112,16 @@ unsigned cs_lc_event(cs_lifecycle *lc, const cs_event *ev);
 unsigned cs_lc_judge(cs_lifecycle *lc, const cs_event *ev, cs_event *origin, int *found);
 
 /* The process ended. With how == CS_END_EXIT every object still alive is
- * a leak candidate and is reported; otherwise (signal, killed) nothing is
- * judged a leak: the program never reached the point where it would have
- * released them. Returns the number of findings it reported. */
+ * a leak candidate and is reported. With CS_END_QUICK_EXIT (_exit: no
+ * finalization) a live object is a leak only if the runtime's scan found
+ * its address nowhere (no REACHABLE event); the reachable ones are
+ * live-at-exit warnings. Otherwise (signal, killed) nothing is judged a
+ * leak. Returns the number of findings it reported. */
 int cs_lc_finish(cs_lifecycle *lc, int how);
+
+/* Call fn on every block of memory the lifecycle owns (its tables and
+ * histories hold every object's address): a reachability scan skips them. */
+void cs_lc_own_memory(cs_lifecycle *lc, void (*fn)(void *ud, const void *p, size_t n), void *ud);
 
 /* Events judged so far (a forked child counts its own). */
 uint64_t cs_lc_events(cs_lifecycle *lc);
@@ -150,6 +175,8 @@ enum cs_leak_detail {
     CS_LEAK_DESTROYED = 2,  /* capsule destroyed unconsumed, deleter not called */
     CS_LEAK_NEVER_CONSUMED = 3, /* capsule alive and unconsumed at exit */
     CS_LEAK_NULL_DESTRUCTOR = 4, /* capsule created without a destructor */
+    CS_LEAK_SHUTDOWN = 5,   /* never consumed; its deleter ran during interpreter
+                             * shutdown and released nothing */
 };
 
 #endif

@@ -636,9 +636,12 @@ static void note_ctx_free(uintptr_t p)
 static void hook_free(void *p)
 {
     uintptr_t a = (uintptr_t)p;
+    cs_frees++;
     cs_dg_check(a, CS_FREED_LIBC); /* a consumed tensor's data (dataguard.c) */
     unsigned b = ctx_bit(a);
-    if (atomic_load_explicit(&ctx_bits[b >> 6], memory_order_relaxed) & (1ull << (b & 63)))
+    /* free(NULL) frees nothing: a handler whose ctx is NULL (numpy's
+     * default) is not stale because another ctx shares NULL's filter bit */
+    if ((atomic_load_explicit(&ctx_bits[b >> 6], memory_order_relaxed) & (1ull << (b & 63))) && a)
         note_ctx_free(a);
     if (__builtin_expect(is_free_site((uintptr_t)__builtin_return_address(0)), 0) && p &&
         cs_recording) {

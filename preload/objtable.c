@@ -299,8 +299,20 @@ void ot_report(cs_lifecycle *lc, judge *j, int kind, obj *o, const cs_event *ev,
             f.events[f.nevents++] = o->hist[i];
     if (ev && f.nevents < CS_FINDING_MAX_EVENTS)
         f.events[f.nevents++] = *ev;
+    if (lc->indirect) {
+        f.nindirect = lc->indirect->nindirect;
+        f.indirect_bytes = lc->indirect->indirect_bytes;
+        memcpy(f.indirect, lc->indirect->indirect, sizeof f.indirect);
+    }
     if (lc->cb)
         lc->cb(lc->ud, &f);
+}
+
+void ot_trace(cs_lifecycle *lc, obj *o)
+{
+    o->flags |= OF_TRACED;
+    atomic_store_explicit(&lc->any_traced, 1, memory_order_relaxed);
+    ot_flush(lc, o, NULL);
 }
 
 /* ---- live totals: an object counts from creation to release ---- */
@@ -390,6 +402,11 @@ uint64_t cs_lc_events(cs_lifecycle *lc)
     return n;
 }
 
+void cs_lc_set_born(cs_lifecycle *lc, uint64_t time_ns)
+{
+    lc->born_ns = time_ns;
+}
+
 void cs_lc_fork_child(cs_lifecycle *lc)
 {
     atomic_store(&lc->any_traced, 0);
@@ -411,7 +428,8 @@ void ot_each_live(cs_lifecycle *lc, int ns, void (*fn)(cs_lifecycle *, obj *, vo
         ot_lock(lc, st);
         for (size_t k = 0; k < st->cap; k++) {
             obj *o = &st->tab[k];
-            if (o->key && o->ns == ns && o->state == CS_ST_CREATED &&
+            if (o->key && o->ns == ns &&
+                (o->state == CS_ST_CREATED || o->state == CS_ST_CONSUMED) &&
                 !(o->flags & OF_LEAK_REPORTED))
                 fn(lc, o, ud);
         }
@@ -449,6 +467,22 @@ static int cmp_u64(const void *a, const void *b)
 {
     uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
     return (x > y) - (x < y);
+}
+
+void cs_lc_own_memory(cs_lifecycle *lc, void (*fn)(void *ud, const void *p, size_t n), void *ud)
+{
+    enum { CAP = CS_FINDING_MAX_EVENTS - 1 };
+    fn(ud, lc, sizeof *lc);
+    fn(ud, lc->kept, lc->capkept * sizeof *lc->kept);
+    for (int i = 0; i < NSTRIPES; i++) {
+        stripe *st = &lc->s[i];
+        fn(ud, st->tab, st->cap * sizeof *st->tab);
+        for (size_t j = 0; j < st->cap; j++)
+            if (st->tab[j].key && st->tab[j].hist)
+                fn(ud, st->tab[j].hist, CAP * sizeof(cs_event));
+        for (cs_event *h = st->free_hist; h; h = *(cs_event **)h)
+            fn(ud, h, CAP * sizeof(cs_event));
+    }
 }
 
 size_t cs_lc_live_keys(cs_lifecycle *lc, int ns, uint64_t **out)

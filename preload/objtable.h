@@ -27,6 +27,8 @@
 #define OF_REACHABLE 0x100   /* at exit, module static data still points to it */
 #define OF_MUTATED 0x200     /* an R20 change already reported: one change, one finding */
 #define OF_DATA_FREED 0x800  /* dlpack-data-freed already reported */
+#define OF_DROPPED 0x1000   /* never consumed, and its deleter freed nothing when it ran
+                              * during interpreter shutdown: leaked (judged at exit) */
 #define OF_UNRENAMED 0x400   /* released while its capsule still had the unconsumed name:
                               * dlpack-not-renamed unless the consumer renames it next */
 
@@ -84,6 +86,9 @@ struct cs_lifecycle {
     _Atomic unsigned long owner;   /* the thread judging alone (pthread_self) */
     _Atomic int owner_in;          /* the owner is inside an unlocked section */
     cs_spin share_mu;
+    uint64_t born_ns;  /* cs_lc_set_born */
+    /* the indirect leaks of the next ot_report (cs_lc_finish), or NULL */
+    const cs_finding *indirect;
     stripe s[NSTRIPES];
 };
 
@@ -135,6 +140,9 @@ void ot_hist_add(stripe *st, obj *o, const cs_event *ev, judge *j);
  * ev reach the sink first, then the callback. */
 void ot_report(cs_lifecycle *lc, judge *j, int kind, obj *o, const cs_event *ev,
                uint32_t detail, uint64_t value);
+/* o's history goes to the sink now, and its later events as they happen
+ * (an object a finding is about, though the finding is another's) */
+void ot_trace(cs_lifecycle *lc, obj *o);
 /* o counts in the live totals from creation (+1) to release (-1). */
 void ot_count(stripe *st, const obj *o, int sign);
 /* o is released: a tombstone, the stripe's oldest forgotten when full.
@@ -147,7 +155,8 @@ int ot_kept_at_shutdown(cs_lifecycle *lc, uint64_t data);
 /* a stripe's lock (elided while one thread judges alone) */
 void ot_lock(cs_lifecycle *lc, stripe *st);
 void ot_unlock(cs_lifecycle *lc, stripe *st);
-/* fn on every live, unreported object of namespace ns, its stripe locked */
+/* fn on every live (created or consumed), unreported object of namespace
+ * ns, its stripe locked */
 void ot_each_live(cs_lifecycle *lc, int ns, void (*fn)(cs_lifecycle *, obj *, void *), void *ud);
 /* Room for one more element of size elem in *v (n used of *cap); 0 when
  * out of memory. */

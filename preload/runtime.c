@@ -26,6 +26,7 @@
 #include "roots.h"
 #include "options.h"
 #include "probe.h"
+#include "reach.h"
 #include "pyapi.h"
 #include "spin.h"
 #include "stack.h"
@@ -51,11 +52,27 @@ static void write_counts(uint64_t now)
     cs_trace_write(CS_REC_COUNTS, &c, sizeof c);
 }
 
-/* At most one COUNTS record every 10 ms: the report's memory plot. */
+/* COUNTS records, the report's memory plot: one every 10 ms for the
+ * first 10 s, then one per thousandth of the time run so far, so a run of
+ * hours adds records (and trace pages) at a falling rate: about 2,300 per
+ * tenfold of run time (6,000 in a first hour), not 360,000 an hour. */
+static _Atomic uint64_t first_counts;
+
 static void maybe_counts(uint64_t now)
 {
     uint64_t due = atomic_load_explicit(&next_counts, memory_order_relaxed);
-    if (now < due || !atomic_compare_exchange_strong(&next_counts, &due, now + 10000000ull))
+    if (now < due)
+        return;
+    uint64_t t0 = atomic_load_explicit(&first_counts, memory_order_relaxed);
+    if (!t0) {
+        uint64_t zero = 0;
+        atomic_compare_exchange_strong(&first_counts, &zero, now);
+        t0 = atomic_load_explicit(&first_counts, memory_order_relaxed);
+    }
+    uint64_t step = (now - t0) / 1000;
+    if (step < 10000000ull)
+        step = 10000000ull;
+    if (!atomic_compare_exchange_strong(&next_counts, &due, now + step))
         return;
     write_counts(now);
 }
@@ -255,6 +272,49 @@ static void note_reachable(void *ud, uint64_t key, uint64_t where, uint64_t base
     cs_emit(&ev, 0, NULL, NULL);
 }
 
+/* at _exit: a tensor or block whose address is stored somewhere */
+static void note_reachable_any(void *ud, uint64_t key, uint64_t where, uint64_t base)
+{
+    note_reachable(ud, key, where, base);
+    cs_event ev = {.kind = CS_EV_REACHABLE, .obj = key, .a = where};
+    cs_emit(&ev, 0, NULL, NULL);
+}
+
+/* _exit(): no finalization ran, so whatever is alive may still be in use.
+ * What no word of the process's memory points to any more is leaked
+ * (reach.c); the rest is live at _exit. */
+static void scan_at_quick_exit(void)
+{
+    uint64_t *np, *dl;
+    size_t nn = cs_lc_live_keys(cs_lc, CS_NS_NUMPY, &np);
+    size_t nd = cs_lc_live_keys(cs_lc, CS_NS_DLPACK, &dl);
+    uint64_t *keys = nn + nd ? malloc((nn + nd) * sizeof *keys) : NULL;
+    if (keys) {
+        /* one sorted list (both are sorted): one pass over memory */
+        size_t i = 0, j = 0, k = 0;
+        while (i < nn || j < nd) {
+            uint64_t v = (j >= nd || (i < nn && np[i] <= dl[j])) ? np[i++] : dl[j++];
+            if (!k || keys[k - 1] != v)
+                keys[k++] = v;
+        }
+        /* freed memory keeps its bytes: a stale copy of a key is a root */
+        memset(np, 0, nn * sizeof *np);
+        memset(dl, 0, nd * sizeof *dl);
+        free(np);
+        free(dl);
+        np = dl = NULL;
+        cs_reach *r = cs_reach_new(keys, k);
+        if (r) {
+            cs_lc_own_memory(cs_lc, cs_reach_own, r);
+            cs_findings_own_memory(cs_reach_own, r);
+            cs_reach_run(r, note_reachable_any, NULL);
+        }
+    }
+    free(np);
+    free(dl);
+    free(keys);
+}
+
 int cs_runtime_finish(int how, int status)
 {
     if (!atomic_load(&started) || atomic_exchange(&finished, 1))
@@ -267,11 +327,13 @@ int cs_runtime_finish(int how, int status)
             cs_roots_scan(keys, n, note_reachable, NULL);
         free(keys);
     }
+    if (how == CS_END_QUICK_EXIT && !api_mode && cs_lc)
+        scan_at_quick_exit();
     cs_thread *t = cs_thread_get();
     if (t)
         t->busy = 1;
     cs_recording = 0;
-    if (how == CS_END_EXIT && !api_mode) {
+    if ((how == CS_END_EXIT || how == CS_END_QUICK_EXIT) && !api_mode) {
         cs_lc_finish(cs_lc, how);
         cs_findings_flush_exit();
     }
@@ -478,8 +540,10 @@ static void fork_child(void)
     if (cs_lc) {
         cs_lc_unlock_all(cs_lc);
         cs_lc_fork_child(cs_lc);
+        cs_lc_set_born(cs_lc, cs_now_ns());
     }
     atomic_store(&next_counts, 0);
+    atomic_store(&first_counts, 0);
     /* the child writes its own log_path.PID, starting with what it
      * inherited; its findings and exit status are its own */
     cs_trace_atfork_child();

@@ -60,6 +60,8 @@ static inline void cs_findings_flush(void)
 /* At exit: the same, with leaks grouped by where they were made. */
 void cs_findings_flush_exit(void);
 unsigned cs_findings_errors(void);
+/* the findings' own buffers (they hold object addresses), for reach.c */
+void cs_findings_own_memory(void (*fn)(void *ud, const void *p, size_t n), void *ud);
 unsigned cs_findings_total(void);
 /* every finding the lifecycle made, suppressed ones included */
 unsigned cs_findings_judged(void);

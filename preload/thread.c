@@ -12,6 +12,7 @@
 #include "tracefile.h"
 
 __thread cs_thread *cs_thread_tls __attribute__((tls_model("initial-exec")));
+__thread unsigned cs_frees __attribute__((tls_model("initial-exec")));
 static pthread_key_t key;
 static _Atomic uint32_t next_num = 1;
 

@@ -22,6 +22,9 @@ typedef struct cs_thread {
 } cs_thread;
 
 extern __thread cs_thread *cs_thread_tls __attribute__((tls_model("initial-exec")));
+/* free() and PyMem_Free() calls this thread made (wrapping): a deleter
+ * that ran during interpreter shutdown and made none released nothing */
+extern __thread unsigned cs_frees __attribute__((tls_model("initial-exec")));
 cs_thread *cs_thread_make(void);
 void cs_thread_write(cs_thread *t);
 

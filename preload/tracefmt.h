@@ -152,6 +152,11 @@ enum cs_event_kind {
     CS_EV_NO_GIL = 9,       /* a Python call without the GIL: obj=call site; aux=CS_NOGIL_* */
     CS_EV_DATA_FREED = 11,  /* memory a consumed tensor's data lies in was freed: a=freed pointer;
                              * aux=CS_FREED_* */
+    CS_EV_DROPPED = 12,     /* a deleter that ran during interpreter shutdown freed
+                             * nothing (no free() or PyMem_Free() in the call):
+                             * c=dl_tensor.data; stack: the delete's */
+    CS_EV_REACHABLE = 13,   /* at _exit, a live tensor's address is stored in the
+                             * process's writable memory: a=where */
     CS_EV_DEVICE = 10,      /* export of data from a device handler: obj=struct b=data c=handler; aux=device */
     /* NumPy data memory (issue 3); obj = the data pointer */
     CS_EV_NP_ALLOC = 16,    /* a=size b=handler capsule c=handler struct */

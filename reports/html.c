@@ -171,7 +171,7 @@ static char *ended_text(const cs_html_proc *p)
     case CS_END_HALT:
         return xprintf("halted on error, exit %d", pi->status);
     case CS_END_QUICK_EXIT:
-        return xprintf("_exit %d (no leak check)", pi->status);
+        return xprintf("_exit %d (leaks judged by reachability)", pi->status);
     case CS_END_SIGNAL: {
         const char *name = sigabbrev_np(pi->status);
         char *pc = p->end_pc ? xprintf(" at pc 0x%llx%s%s", (unsigned long long)p->end_pc,
@@ -530,6 +530,23 @@ static void frame_html(cs_html *h, const cs_frame_info *fr)
     bodyf(h, "</li>\n");
 }
 
+static void event_html(cs_html *h, const char *phrase, const cs_event *ev, int open,
+                       const cs_stack_source *src)
+{
+    char tt[64];
+    human_time(tt, sizeof tt, rel_ns(h, ev->time_ns));
+    bodyf(h, "<details class=\"event\"%s><summary><b>", open ? " open" : "");
+    T(phrase);
+    bodyf(h, "</b> thread T%u, +%s</summary>\n<ol class=\"stack\" start=\"0\">\n", ev->thread, tt);
+    cs_frame_info frames[HTML_MAX_FRAMES];
+    int n = src ? cs_stack_frames(src, ev->stack, frames, HTML_MAX_FRAMES) : 0;
+    if (!n)
+        bodyf(h, "<li class=\"fr none\">no stack recorded</li>\n");
+    for (int k = 0; k < n; k++)
+        frame_html(h, &frames[k]);
+    bodyf(h, "</ol></details>\n");
+}
+
 void cs_html_finding(cs_html *h, const cs_finding *f, const cs_stack_source *src)
 {
     char msg[512], bytes[64];
@@ -561,21 +578,17 @@ void cs_html_finding(cs_html *h, const cs_finding *f, const cs_stack_source *src
     timeline(h, f, nev);
     bodyf(h, "<div class=\"events\">\n");
     for (int i = 0; i < nev; i++) {
-        const cs_event *ev = &f->events[i];
-        char tt[64];
-        human_time(tt, sizeof tt, rel_ns(h, ev->time_ns));
-        /* the last event is the one that made the finding: open it */
-        bodyf(h, "<details class=\"event\"%s><summary><b>", i == nev - 1 ? " open" : "");
         const char *phrase = cs_event_phrase(f, i);
-        T(phrase ? phrase : cs_event_name(ev));
-        bodyf(h, "</b> thread T%u, +%s</summary>\n<ol class=\"stack\" start=\"0\">\n", ev->thread, tt);
-        cs_frame_info frames[HTML_MAX_FRAMES];
-        int n = src ? cs_stack_frames(src, ev->stack, frames, HTML_MAX_FRAMES) : 0;
-        if (!n)
-            bodyf(h, "<li class=\"fr none\">no stack recorded</li>\n");
-        for (int k = 0; k < n; k++)
-            frame_html(h, &frames[k]);
-        bodyf(h, "</ol></details>\n");
+        /* the last event is the one that made the finding: open it */
+        event_html(h, phrase ? phrase : cs_event_name(&f->events[i]), &f->events[i], i == nev - 1,
+                   src);
+    }
+    if (f->nindirect) {
+        /* what only this leak keeps alive, grouped under it */
+        human_bytes(bytes, sizeof bytes, f->indirect_bytes);
+        bodyf(h, "<p class=\"indirect\">Indirect leak of %s in %u object(s), kept alive by this "
+                 "one; the first allocated at:</p>\n", bytes, f->nindirect);
+        event_html(h, "allocated at", &f->indirect[0].alloc, 0, src);
     }
     bodyf(h, "</div></article>\n");
 }
@@ -596,9 +609,15 @@ void cs_html_process_end(cs_html *h, const cs_summary *s)
         bodyf(h, "<p class=\"clean\">No findings.</p>\n");
     char lb[64];
     human_bytes(lb, sizeof lb, s->leaked_bytes);
-    bodyf(h, "</div>\n<p class=\"psummary\">%u error(s), %u warning(s); %s leaked in %u object(s); "
+    char ib[96] = "";
+    if (s->indirect_objects) {
+        char hb[48];
+        human_bytes(hb, sizeof hb, s->indirect_bytes);
+        snprintf(ib, sizeof ib, " (and %s indirectly)", hb);
+    }
+    bodyf(h, "</div>\n<p class=\"psummary\">%u error(s), %u warning(s); %s leaked in %u object(s)%s; "
              "%llu event(s)%s</p>\n</section>\n",
-          s->errors, s->warnings, lb, s->leak_objects, (unsigned long long)s->events,
+          s->errors, s->warnings, lb, s->leak_objects, ib, (unsigned long long)s->events,
           s->suppressed ? "; some suppressed" : "");
     h->cur = NULL;
 }

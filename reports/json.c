@@ -98,9 +98,10 @@ static const char *ended_name(int how)
 {
     switch (how) {
     case CS_END_EXIT:
-    case CS_END_QUICK_EXIT:         /* _exit(): no leak check, still an exit */
     case CS_END_HALT:               /* halt_on_error exits the process */
         return "exit";
+    case CS_END_QUICK_EXIT:         /* _exit(): leaks judged by reachability */
+        return "_exit";
     case CS_END_SIGNAL:
         return "signal";
     default:
@@ -179,6 +180,30 @@ static void json_frame(cs_out *o, const cs_frame_info *f)
     cs_outf(o, ", \"inlined\": %s}", f->inlined ? "true" : "false");
 }
 
+static void json_event(cs_out *o, const cs_proc_info *p, const cs_event *ev, const char *phrase,
+                       const cs_stack_source *src)
+{
+    /* times relative to the process start read better than raw
+     * CLOCK_MONOTONIC values */
+    uint64_t t = ev->time_ns;
+    if (p->start_mono_ns && t >= p->start_mono_ns)
+        t -= p->start_mono_ns;
+    cs_outf(o, "{\"event\": ");
+    str_or_empty(o, cs_event_name(ev));
+    cs_outf(o, ", \"phrase\": ");
+    str_or_empty(o, phrase);
+    cs_outf(o, ", \"thread\": %u, \"time_ns\": %llu, \"flags\": %u, \"stack\": [",
+            ev->thread, (unsigned long long)t, ev->flags);
+    cs_frame_info frames[JSON_MAX_FRAMES];
+    int n = src ? cs_stack_frames(src, ev->stack, frames, JSON_MAX_FRAMES) : 0;
+    for (int k = 0; k < n; k++) {
+        if (k)
+            cs_outf(o, ", ");
+        json_frame(o, &frames[k]);
+    }
+    cs_outf(o, "]}");
+}
+
 void cs_json_finding(cs_json *j, const cs_proc_info *p, const cs_finding *f,
                      const cs_stack_source *src)
 {
@@ -203,28 +228,28 @@ void cs_json_finding(cs_json *j, const cs_proc_info *p, const cs_finding *f,
 
     int nev = f->nevents < CS_FINDING_MAX_EVENTS ? f->nevents : CS_FINDING_MAX_EVENTS;
     for (int i = 0; i < nev; i++) {
-        const cs_event *ev = &f->events[i];
-        /* times relative to the process start read better than raw
-         * CLOCK_MONOTONIC values */
-        uint64_t t = ev->time_ns;
-        if (p->start_mono_ns && t >= p->start_mono_ns)
-            t -= p->start_mono_ns;
-        cs_outf(o, "%s\n    {\"event\": ", i ? "," : "");
-        str_or_empty(o, cs_event_name(ev));
-        cs_outf(o, ", \"phrase\": ");
-        str_or_empty(o, cs_event_phrase(f, i));
-        cs_outf(o, ", \"thread\": %u, \"time_ns\": %llu, \"flags\": %u, \"stack\": [",
-                ev->thread, (unsigned long long)t, ev->flags);
-        cs_frame_info frames[JSON_MAX_FRAMES];
-        int n = src ? cs_stack_frames(src, ev->stack, frames, JSON_MAX_FRAMES) : 0;
-        for (int k = 0; k < n; k++) {
-            if (k)
-                cs_outf(o, ", ");
-            json_frame(o, &frames[k]);
-        }
-        cs_outf(o, "]}");
+        cs_outf(o, "%s\n    ", i ? "," : "");
+        json_event(o, p, &f->events[i], cs_event_phrase(f, i), src);
     }
-    cs_outf(o, "]}");
+    cs_outf(o, "]");
+    /* LeakSanitizer's indirect leaks: kept alive only by this one */
+    if (f->nindirect) {
+        cs_outf(o, ", \"indirect_bytes\": %llu, \"indirect_objects\": %u, \"indirect\": [",
+                (unsigned long long)f->indirect_bytes, f->nindirect);
+        unsigned ni = f->nindirect < CS_FINDING_MAX_INDIRECT ? f->nindirect : CS_FINDING_MAX_INDIRECT;
+        for (unsigned i = 0; i < ni; i++) {
+            const cs_indirect *in = &f->indirect[i];
+            cs_outf(o, "%s\n    {\"kind\": ", i ? "," : "");
+            str_or_empty(o, cs_kind_name(in->kind));
+            cs_outf(o, ", \"bytes\": %llu, \"object\": {\"type\": \"numpy data\", "
+                    "\"address\": \"0x%llx\"}, \"events\": [",
+                    (unsigned long long)in->bytes, (unsigned long long)in->obj);
+            json_event(o, p, &in->alloc, "allocated at", src);
+            cs_outf(o, "]}");
+        }
+        cs_outf(o, "]");
+    }
+    cs_outf(o, "}");
     j->nfind++;
 }
 
@@ -232,10 +257,11 @@ void cs_json_process_end(cs_json *j, const cs_summary *s)
 {
     cs_out *o = j->o;
     cs_outf(o, "%s],\n  \"summary\": {\"errors\": %u, \"warnings\": %u, \"leaked_bytes\": %llu, "
-            "\"events\": %llu, \"leak_objects\": %u, \"suppressed\": %u, \"per_kind\": {",
+            "\"indirect_bytes\": %llu, \"events\": %llu, \"leak_objects\": %u, "
+            "\"indirect_objects\": %u, \"suppressed\": %u, \"per_kind\": {",
             j->nfind ? "\n  " : "", s->errors, s->warnings,
-            (unsigned long long)s->leaked_bytes, (unsigned long long)s->events,
-            s->leak_objects, s->suppressed);
+            (unsigned long long)s->leaked_bytes, (unsigned long long)s->indirect_bytes,
+            (unsigned long long)s->events, s->leak_objects, s->indirect_objects, s->suppressed);
     int first = 1;
     for (int k = 1; k < CS_KIND_COUNT; k++) {
         if (!s->per_kind[k])

@@ -61,6 +61,8 @@ int cs_lg_add(cs_leak_groups *g, const cs_finding *f)
     }
     x->count++;
     x->bytes += f->bytes;
+    x->ind_count += f->nindirect;
+    x->ind_bytes += f->indirect_bytes;
     return 0;
 }
 

@@ -17,6 +17,8 @@ typedef struct cs_leak_group {
     uint32_t stack;
     unsigned count;
     uint64_t bytes;
+    unsigned ind_count;   /* indirect leaks of the group's findings */
+    uint64_t ind_bytes;
     size_t seq;
     cs_finding first;
 } cs_leak_group;

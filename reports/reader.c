@@ -826,12 +826,15 @@ cs_trace *cs_trace_open(const char *path, char *err, size_t errlen)
     t->opt_max_findings = -1;
     t->counts_stride = 1;
     p->lc = cs_lc_create(store_finding, t, 0);
+    if (p->lc) /* a forked child's inheritance is its parent's to judge */
+        cs_lc_set_born(p->lc, h.start_mono_ns);
     scan(t);
     if (p->lc && p->rereplay) {
         cs_lc_destroy(p->lc);
         findings_clear(t);
         if ((p->lc = cs_lc_create(store_finding, t, 0))) {
             cs_lc_set_protect(p->lc, p->protect);
+            cs_lc_set_born(p->lc, h.start_mono_ns);
             rejudge(t);
         }
     }

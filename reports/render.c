@@ -4,6 +4,7 @@
  * streams, no allocation, no locks; output goes through the cs_out sink
  * and stack buffers are bounded. */
 #include "render.h"
+#include "leakgroups.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -232,6 +233,20 @@ static void render_events(cs_out *o, const cs_finding *f, int from, const cs_sta
     }
 }
 
+/* LeakSanitizer's "Indirect leak of N byte(s) in M object(s) allocated
+ * from:", with the stack of the first of them */
+static void render_indirect(cs_out *o, const cs_finding *f, unsigned count, uint64_t bytes,
+                            const cs_stack_source *src)
+{
+    if (!count)
+        return;
+    cs_outf(o, "Indirect leak of %llu byte(s) in %u object(s) allocated from:\n",
+            (unsigned long long)bytes, count);
+    if (f->nindirect)
+        render_stack(o, src, f->indirect[0].alloc.stack);
+    out_str(o, "  kept alive by the leaked tensor above (its manager_ctx holds the array)\n");
+}
+
 void cs_render_text_finding(cs_out *o, const cs_proc_info *p,
                             const cs_finding *f, const cs_stack_source *src)
 {
@@ -242,15 +257,21 @@ void cs_render_text_finding(cs_out *o, const cs_proc_info *p,
         out_str(o, COLOR_RESET);
     out_str(o, "\n");
     render_events(o, f, 0, src);
+    render_indirect(o, f, f->nindirect, f->indirect_bytes, src);
     out_str(o, "\n");
 }
 
-void cs_render_text_leak_group(cs_out *o, const cs_proc_info *p, const cs_finding *first,
-                               unsigned count, uint64_t bytes, const cs_stack_source *src)
+void cs_render_text_leak_group(cs_out *o, const cs_proc_info *p, const cs_leak_group *g,
+                               const cs_stack_source *src)
 {
+    const cs_finding *first = &g->first;
+    unsigned count = g->count;
+    uint64_t bytes = g->bytes;
     char msg[512];
     render_header(o, p, first);
-    cs_outf(o, "Direct leak of %llu byte(s) in %u object(s) ", (unsigned long long)bytes, count);
+    cs_outf(o, first->kind == CS_KIND_LIVE_AT_EXIT ? "Live at _exit: %llu byte(s) in %u object(s) "
+                                                   : "Direct leak of %llu byte(s) in %u object(s) ",
+            (unsigned long long)bytes, count);
     /* "exported at" -> "exported from:", as LeakSanitizer's "allocated from:" */
     const char *phrase = first->nevents ? cs_event_phrase(first, 0) : NULL;
     size_t pl = phrase ? strlen(phrase) : 0;
@@ -269,6 +290,7 @@ void cs_render_text_leak_group(cs_out *o, const cs_proc_info *p, const cs_findin
     out_str(o, cs_finding_message(first, msg, sizeof msg));
     out_str(o, "\n");
     render_events(o, first, 1, src);
+    render_indirect(o, first, g->ind_count, g->ind_bytes, src);
     out_str(o, "\n");
 }
 
@@ -288,6 +310,11 @@ int cs_kind_is_leak(int kind)
     return n >= 5 && strcmp(name + n - 5, "-leak") == 0;
 }
 
+int cs_kind_is_grouped(int kind)
+{
+    return cs_kind_is_leak(kind) || kind == CS_KIND_LIVE_AT_EXIT;
+}
+
 void cs_summary_add(cs_summary *s, const cs_finding *f)
 {
     if (cs_kind_severity(f->kind) == CS_SEV_WARNING)
@@ -299,6 +326,8 @@ void cs_summary_add(cs_summary *s, const cs_finding *f)
     if (cs_kind_is_leak(f->kind)) {
         s->leaked_bytes += f->bytes;
         s->leak_objects++;
+        s->indirect_bytes += f->indirect_bytes;
+        s->indirect_objects += f->nindirect;
     }
 }
 
@@ -317,8 +346,12 @@ void cs_render_text_summary(cs_out *o, const cs_proc_info *p, const cs_summary *
     }
     if (!first)
         out_str(o, "]");
-    cs_outf(o, "; %llu byte(s) leaked in %u object(s).",
+    cs_outf(o, "; %llu byte(s) leaked in %u object(s)",
             (unsigned long long)s->leaked_bytes, s->leak_objects);
+    if (s->indirect_objects)
+        cs_outf(o, ", and %llu indirectly in %u", (unsigned long long)s->indirect_bytes,
+                s->indirect_objects);
+    out_str(o, ".");
     if (s->suppressed)
         cs_outf(o, " %u suppressed.", s->suppressed);
     out_str(o, "\n");

@@ -82,9 +82,11 @@ void cs_render_text_finding(cs_out *o, const cs_proc_info *p,
  *       #0 ...                          (the stack of the first event)
  *     the first of them: <message>
  *     consumed at (thread T1):          (its other events)
- *       #0 ... */
-void cs_render_text_leak_group(cs_out *o, const cs_proc_info *p, const cs_finding *first,
-                               unsigned count, uint64_t bytes, const cs_stack_source *src);
+ *       #0 ...
+ *   Indirect leak of N byte(s) in M object(s) allocated from:   (if any) */
+struct cs_leak_group;
+void cs_render_text_leak_group(cs_out *o, const cs_proc_info *p, const struct cs_leak_group *g,
+                               const cs_stack_source *src);
 
 /* "Omitting N more finding(s)." (max_findings); with a pid, prefixed
  * ==PID==capsan: as the live report's lines are. */
@@ -92,11 +94,16 @@ void cs_render_text_omitted(cs_out *o, uint64_t pid, unsigned n, long max_findin
 
 /* 1 for the *-leak kinds */
 int cs_kind_is_leak(int kind);
+/* reported grouped by the stack that made them: leaks, and what was live
+ * at _exit */
+int cs_kind_is_grouped(int kind);
 
 typedef struct cs_summary {
     unsigned errors, warnings, suppressed;
     uint64_t leaked_bytes;
     unsigned leak_objects;
+    uint64_t indirect_bytes;   /* kept alive only by the leaks above */
+    unsigned indirect_objects;
     uint64_t events;
     unsigned per_kind[CS_KIND_COUNT];
 } cs_summary;

@@ -121,7 +121,7 @@ static void groups_render(report_ctx *c)
             c->omitted += v[i]->count;
             continue;
         }
-        cs_render_text_leak_group(c->out, &c->pi, &v[i]->first, v[i]->count, v[i]->bytes, &c->src);
+        cs_render_text_leak_group(c->out, &c->pi, v[i], &c->src);
         c->shown++;
     }
     free(v);
@@ -214,7 +214,7 @@ static void on_finding(void *ud, const cs_finding *f)
         }
         break;
     default:
-        if (cs_kind_is_leak(f->kind)) {
+        if (cs_kind_is_grouped(f->kind)) {
             group_add(c, f);
         } else if (over_limit(c)) {
             c->omitted++;
@@ -352,7 +352,7 @@ static void out_ended(cs_out *o, report_ctx *c, int brief)
         cs_outf(o, "halted on error, exit %d", c->pi.status);
         break;
     case CS_END_QUICK_EXIT:
-        cs_outf(o, "_exit %d (no leak check)", c->pi.status);
+        cs_outf(o, "_exit %d (leaks judged by reachability)", c->pi.status);
         break;
     case CS_END_SIGNAL: {
         const char *name = sigabbrev_np(c->pi.status);

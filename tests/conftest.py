@@ -257,7 +257,7 @@ def check_schema(rep: dict) -> None:
     for p in rep["processes"]:
         for k in ("pid", "ppid", "argv", "ended", "status", "findings", "summary"):
             assert k in p, f"process lacks {k!r}: {sorted(p)}"
-        assert p["ended"] in ("exit", "signal", "unknown"), p["ended"]
+        assert p["ended"] in ("exit", "_exit", "signal", "unknown"), p["ended"]
         for k in ("errors", "warnings", "leaked_bytes", "events"):
             assert k in p["summary"], f"summary lacks {k!r}"
         for f in p["findings"]:

@@ -21,6 +21,7 @@ COVERED = {
                     "test_dlpack_findings.py::test_leak_capsule_without_destructor",
                     "test_dlpack_versioned.py::test_versioned_leak"],
     "dlpack-data-freed": ["test_dlpack_data_freed.py::test_image_freed_under_the_consumer"],
+    "live-at-exit": ["test_endings.py::test_os_exit_with_live_torch_tensors"],
     "dlpack-null-deleter": ["test_dlpack_findings.py::test_null_deleter_export_is_legal",
                             "test_dlpack_findings.py::test_null_deleter_call_segfaults"],
     "dlpack-bad-tensor": ["test_dlpack_findings.py::test_bad_tensor",

@@ -193,7 +193,7 @@ def test_merged_text_report(runs):
     # one section per process, the parent first, children in start order
     heads = re.findall(r"^== process (\d+) .*==$", out, re.M)
     assert [int(h) for h in heads][:2] == [parent, worker] and len(heads) == 6, heads
-    assert f"== process {bug} (" in out and f"child of {parent}, ended: _exit 0 (no leak check) ==" in out
+    assert f"== process {bug} (" in out and f"child of {parent}, ended: _exit 0 (leaks judged by reachability) ==" in out
     sect = out[out.index(f"== process {bug} ("):]
     sect = sect[:sect.index("SUMMARY")]
     assert f"=={bug}==ERROR: capsan: dlpack-double-delete" in sect

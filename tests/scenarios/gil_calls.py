@@ -12,6 +12,7 @@ elif what == "capsule-numpy":
     import numpy as np
     cap = np.arange(3).__dlpack__()
     nogil.capsule_call_nogil(cap)  # <-- nogil-capsule-numpy
+    del cap  # consumed by nobody: dropped before exit
 elif what == "deleter":
     import torch
     t = torch.from_dlpack(nogil.export_bad_deleter())  # <-- export

@@ -382,6 +382,52 @@ static void test_second_thread_joins(void)
     cs_lc_destroy(shared_lc);
 }
 
+static void test_indirect_and_dropped(void)
+{
+    enum { BLK = 0x9000, BLK2 = 0x9100, BLK3 = 0x9200 };
+    cs_lifecycle *lc = fresh(0);
+    /* a consumer never deletes a numpy export: the tensor leaks, and the
+     * block its manager_ctx holds is the leak's indirect part */
+    cs_event e = {.kind = CS_EV_NP_ALLOC, .obj = BLK, .a = 64, .time_ns = 1};
+    cs_lc_event(lc, &e);
+    ev(lc, CS_EV_EXPORT, MT, CAP, 0);
+    e = (cs_event){.kind = CS_EV_CONSUME, .obj = MT, .a = CAP, .c = BLK + 16, .time_ns = 3};
+    cs_lc_event(lc, &e);
+    /* exported, never consumed, dropped at shutdown by a deleter that
+     * freed nothing */
+    e = (cs_event){.kind = CS_EV_NP_ALLOC, .obj = BLK2, .a = 32, .time_ns = 4};
+    cs_lc_event(lc, &e);
+    ev(lc, CS_EV_EXPORT, MT + 64, CAP2, 0);
+    e = (cs_event){.kind = CS_EV_DELETE, .obj = MT + 64, .a = CAP2, .c = BLK2, .time_ns = 6,
+                   .flags = CS_EVF_IN_DTOR | CS_EVF_NO_PYTHON};
+    cs_lc_event(lc, &e);
+    e = (cs_event){.kind = CS_EV_DROPPED, .obj = MT + 64, .c = BLK2, .time_ns = 7};
+    cs_lc_event(lc, &e);
+    /* consumed and released at shutdown by a deleter that kept its array
+     * (numpy PR 22510): clean, and so is the block */
+    e = (cs_event){.kind = CS_EV_NP_ALLOC, .obj = BLK3, .a = 16, .time_ns = 8};
+    cs_lc_event(lc, &e);
+    ev(lc, CS_EV_EXPORT, MT + 128, CAP2 + 64, 0);
+    e = (cs_event){.kind = CS_EV_CONSUME, .obj = MT + 128, .a = CAP2 + 64, .c = BLK3, .time_ns = 10};
+    cs_lc_event(lc, &e);
+    e = (cs_event){.kind = CS_EV_DELETE, .obj = MT + 128, .c = BLK3, .time_ns = 11,
+                   .flags = CS_EVF_NO_PYTHON};
+    cs_lc_event(lc, &e);
+    e = (cs_event){.kind = CS_EV_DROPPED, .obj = MT + 128, .c = BLK3, .time_ns = 12};
+    cs_lc_event(lc, &e);
+    CHECK(ngot == 0, "nothing judged before exit: %d", ngot);
+    cs_lc_finish(lc, CS_END_EXIT);
+    CHECK(ngot == 2, "two leaks, each with its block indirect: %d finding(s)", ngot);
+    CHECK(got[0].kind == CS_KIND_DLPACK_LEAK && got[0].detail == CS_LEAK_CONSUMED &&
+              got[0].nindirect == 1 && got[0].indirect_bytes == 64 &&
+              got[0].indirect[0].obj == BLK && got[0].indirect[0].kind == CS_KIND_NUMPY_LEAK,
+          "consumed, never deleted: its block is indirect");
+    CHECK(ngot == 2 && got[1].kind == CS_KIND_DLPACK_LEAK && got[1].detail == CS_LEAK_SHUTDOWN &&
+              got[1].nindirect == 1 && got[1].indirect_bytes == 32,
+          "dropped at shutdown: a leak with its block indirect");
+    cs_lc_destroy(lc);
+}
+
 int main(void)
 {
     test_clean_exchange();
@@ -392,6 +438,7 @@ int main(void)
     test_destructor_took_the_tensor();
     test_unchecked_destructor();
     test_leaks();
+    test_indirect_and_dropped();
     test_null_deleter_never_leaks();
     test_reconsume();
     test_numpy_blocks();

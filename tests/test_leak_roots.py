@@ -1,0 +1,62 @@
+"""One leak, one finding (issue 12, items 3 and 4): exports dropped at
+interpreter shutdown are leaks, and a NumPy buffer kept alive only by a
+leaked tensor is that leak's indirect part (LeakSanitizer's "Indirect
+leak"), not an error of its own."""
+from conftest import (SCENARIOS, assert_finding_at, findings, kinds, process_of, run_capsan,
+                      summarize, marker_line, CURRENT, PYSHARED, STATIC_PY)
+import pytest
+
+SHUT = SCENARIOS / "dl_shutdown_exports.py"
+LEAK = SCENARIOS / "dl_leak.py"
+
+
+def only_dlpack_leaks(res, n):
+    fs = findings(res.report)
+    assert kinds(res.report) == {"dlpack-leak"} and len(fs) == n, summarize(res.report)
+    return fs
+
+
+def test_consumer_never_deletes_numpy_export(tmp_path, anypy):
+    """One error: the tensor; its 32-byte buffer is indirect."""
+    res = run_capsan(LEAK, tmp_path, args=["numpy"], interpreter=anypy)
+    assert res.returncode != 0 and "deleted 0" in res.stdout, res.describe()
+    [f] = only_dlpack_leaks(res, 1)
+    assert_finding_at(res, "dlpack-leak", LEAK, "consume-np", event="consume")
+    assert "consumed but its deleter was never called" in f["message"], f["message"]
+    assert f["indirect_bytes"] == 32 and f["indirect_objects"] == 1, f
+    [ind] = f["indirect"]
+    assert ind["kind"] == "numpy-leak" and ind["bytes"] == 32, ind
+    lines = [(fr["file"].rsplit("/", 1)[-1], fr["line"]) for fr in ind["events"][0]["stack"]
+             if fr["python"]]
+    assert ("dl_leak.py", marker_line(LEAK, "alloc-np")) in lines, ind
+    s = process_of(res.report)["summary"]
+    assert s["errors"] == 1 and s["indirect_bytes"] == 32 and s["indirect_objects"] == 1, s
+    assert "Indirect leak of 32 byte(s) in 1 object(s) allocated from:" in res.stderr, res.stderr
+    assert "and 32 indirectly in 1" in res.stderr, res.stderr
+
+
+def test_exports_kept_until_shutdown_leak(tmp_path, anypy):
+    """Three capsules in a global list, never consumed: numpy's deleter
+    declines at shutdown, so each is a dlpack-leak with its buffer indirect."""
+    res = run_capsan(SHUT, tmp_path, args=["keep"], interpreter=anypy)
+    assert "survived keep" in res.stdout and res.returncode != 0, res.describe()
+    fs = only_dlpack_leaks(res, 3)
+    for f in fs:
+        assert "never consumed" in f["message"] and "shutdown" in f["message"], f["message"]
+        assert [e["event"] for e in f["events"]][-1] == "dropped", f["events"]
+        assert f["indirect_objects"] == 1 and f["indirect"][0]["bytes"] == 64, f
+    assert_finding_at(res, "dlpack-leak", SHUT, "export", event="export")
+    s = process_of(res.report)["summary"]
+    assert s["errors"] == 3 and s["indirect_bytes"] == 192, s
+
+
+@pytest.mark.parametrize("mode", ["drop", "torch", "held"])
+def test_shutdown_clean(tmp_path, mode, anypy):
+    """Capsules dropped before exit, torch's capsules (its deleter frees at
+    shutdown), and torch tensors consumed from numpy held until shutdown
+    (numpy keeps their arrays alive on purpose): nothing to report."""
+    if mode != "drop" and anypy not in (STATIC_PY, PYSHARED, CURRENT.get("cp311")):
+        pytest.skip("torch is installed for Debian's python and the cp311 venv only")
+    res = run_capsan(SHUT, tmp_path, args=[mode], interpreter=anypy)
+    assert res.returncode == 0 and f"survived {mode}" in res.stdout, res.describe()
+    assert findings(res.report) == [], summarize(res.report)
