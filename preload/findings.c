@@ -167,7 +167,7 @@ static void flush(int grouped)
             continue;
         }
         atomic_fetch_add(&n_total, 1);
-        if (cs_kind_severity(pending[i].kind) == CS_SEV_ERROR)
+        if (cs_finding_severity(&pending[i]) == CS_SEV_ERROR)
             atomic_fetch_add(&n_errors, 1);
         cs_summary_add(&summary, &pending[i]);
         if (nlog == caplog && caplog < LOG_MAX) {

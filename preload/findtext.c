@@ -20,6 +20,14 @@ const char *cs_kind_name(int k) { return k > 0 && k < CS_KIND_COUNT ? kinds[k].n
 int cs_kind_severity(int k) { return k > 0 && k < CS_KIND_COUNT ? kinds[k].sev : 0; }
 const char *cs_kind_help(int k) { return k > 0 && k < CS_KIND_COUNT ? kinds[k].help : ""; }
 
+int cs_finding_severity(const cs_finding *f)
+{
+    if ((f->kind == CS_KIND_DLPACK_LEAK || f->kind == CS_KIND_NUMPY_LEAK) &&
+        f->detail == CS_LEAK_KILLED)
+        return CS_SEV_WARNING;
+    return cs_kind_severity(f->kind);
+}
+
 int cs_kind_from_name(const char *name)
 {
     for (int k = 1; k < CS_KIND_COUNT; k++)
@@ -198,6 +206,11 @@ const char *cs_finding_message(const cs_finding *f, char *buf, size_t n)
             snprintf(buf, n, "%s 0x%llx (%llu bytes) was exported and never consumed nor "
                      "released", t, p, (unsigned long long)f->bytes);
             break;
+        case CS_LEAK_KILLED:
+            snprintf(buf, n, "%s 0x%llx (%llu bytes) was not released when the process was "
+                     "killed (no leak verdict: the program never reached its end)", t, p,
+                     (unsigned long long)f->bytes);
+            break;
         case CS_LEAK_SHUTDOWN:
             snprintf(buf, n, "%s 0x%llx (%llu bytes) was exported and never consumed; its "
                      "capsule lived until interpreter shutdown, when the deleter declined to "
@@ -210,9 +223,13 @@ const char *cs_finding_message(const cs_finding *f, char *buf, size_t n)
         }
         break;
     case CS_KIND_LIVE_AT_EXIT:
-        snprintf(buf, n, "%s 0x%llx (%llu bytes) was still referenced when the process called "
-                 "_exit(), which runs no cleanup: live, not leaked", t, p,
-                 (unsigned long long)f->bytes);
+        if (f->detail == CS_LIVE_KILLED)
+            snprintf(buf, n, "%s 0x%llx (%llu bytes) was still allocated when the process was "
+                     "killed (no leak verdict)", t, p, (unsigned long long)f->bytes);
+        else
+            snprintf(buf, n, "%s 0x%llx (%llu bytes) was still referenced when the process "
+                     "called _exit(), which runs no cleanup: live, not leaked", t, p,
+                     (unsigned long long)f->bytes);
         break;
     case CS_KIND_DLPACK_DATA_FREED:
         snprintf(buf, n, "the memory the data of %s 0x%llx lies in was freed (%s 0x%llx) while "

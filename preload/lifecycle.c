@@ -107,6 +107,8 @@ static unsigned dlpack_event(cs_lifecycle *lc, stripe *st, obj *o, const cs_even
                 cs_lc_data_watch(o->data, o->bytes, 1);
             if (ev->a == o->capsule)
                 o->flags |= OF_CAPSULE_USED;
+            if (o->slot && cs_lc_live_consumed)
+                cs_lc_live_consumed(o->slot, ev->stack);
             ot_hist_add(st, o, ev, j);
             if (ev->flags & CS_EVF_OFFSET_IGNORED)
                 ot_report(lc, j, CS_KIND_DLPACK_BYTE_OFFSET_IGNORED, o, NULL, 0, ev->c);
@@ -669,4 +671,63 @@ int cs_lc_finish(cs_lifecycle *lc, int how)
     }
     free(v);
     return n;
+}
+
+/* ---- a process killed without a leak verdict ---- */
+
+static int cmp_slot(const void *a, const void *b)
+{
+    const cs_live_slot *x = a, *y = b;
+    if (x->time_ns != y->time_ns)
+        return (x->time_ns > y->time_ns) - (x->time_ns < y->time_ns);
+    return (x->obj > y->obj) - (x->obj < y->obj);
+}
+
+int cs_lc_finish_killed(cs_lifecycle *lc, const cs_live_slot *slots, size_t n)
+{
+    cs_live_slot *v = n ? malloc(n * sizeof *v) : NULL;
+    if (!v)
+        return 0;
+    memcpy(v, slots, n * sizeof *v);
+    qsort(v, n, sizeof *v, cmp_slot); /* in the order they were made */
+    int nrep = 0;
+    for (size_t i = 0; i < n; i++) {
+        const cs_live_slot *s = &v[i];
+        int ns = s->kind == CS_EV_NP_ALLOC ? CS_NS_NUMPY : CS_NS_DLPACK;
+        if (!s->obj || (s->flags & CS_EVF_NULL_DELETER) ||
+            (ns == CS_NS_NUMPY && (s->flags & CS_EVF_IMPORT)) || s->time_ns < lc->born_ns)
+            continue; /* nobody can release it, module data, or the parent's */
+        int kind = ns == CS_NS_NUMPY ? CS_KIND_LIVE_AT_EXIT : CS_KIND_DLPACK_LEAK;
+        uint32_t detail = ns == CS_NS_NUMPY ? CS_LIVE_KILLED : CS_LEAK_KILLED;
+        stripe *st = ot_stripe_of(lc, s->obj);
+        ot_lock(lc, st);
+        obj *o = ot_find(st, s->obj, ns);
+        if (o && o->nhist) {
+            /* its history is in the trace (it has findings): judged by it */
+            if (o->state != CS_ST_RELEASED && !(o->flags & OF_LEAK_REPORTED)) {
+                o->flags |= OF_LEAK_REPORTED;
+                ot_report(lc, NULL, kind, o, NULL, detail, 0);
+                nrep++;
+            }
+        } else {
+            /* known only from its slot: its making (and consume) events */
+            cs_event h[2] = {{.kind = s->kind, .aux = s->aux, .flags = s->flags,
+                              .thread = s->thread, .time_ns = s->time_ns, .obj = s->obj,
+                              .stack = s->stack}};
+            if (ns == CS_NS_NUMPY)
+                h[0].a = s->bytes;
+            else
+                h[0].c = s->bytes;
+            uint8_t nh = 1;
+            if (s->consume_stack)
+                h[nh++] = (cs_event){.kind = CS_EV_CONSUME, .obj = s->obj, .thread = s->thread,
+                                     .time_ns = s->time_ns, .stack = s->consume_stack};
+            obj tmp = {.key = s->obj, .ns = (uint8_t)ns, .bytes = s->bytes, .hist = h, .nhist = nh};
+            ot_report(lc, NULL, kind, &tmp, NULL, detail, 0);
+            nrep++;
+        }
+        ot_unlock(lc, st);
+    }
+    free(v);
+    return nrep;
 }

@@ -26,6 +26,10 @@ enum cs_kind {
 const char *cs_kind_name(int kind);       /* "dlpack-double-delete" */
 int cs_kind_severity(int kind);           /* CS_SEV_* */
 const char *cs_kind_help(int kind);
+struct cs_finding;
+/* A finding's severity: its kind's, except a leak judged without a leak
+ * verdict (the process was killed), which is a warning. */
+int cs_finding_severity(const struct cs_finding *f);
 int cs_kind_from_name(const char *name);  /* CS_KIND_NONE if unknown */
 
 #define CS_FINDING_MAX_EVENTS 8
@@ -123,6 +127,13 @@ int cs_lc_finish(cs_lifecycle *lc, int how);
  * histories hold every object's address): a reachability scan skips them. */
 void cs_lc_own_memory(cs_lifecycle *lc, void (*fn)(void *ud, const void *p, size_t n), void *ud);
 
+/* The process ended without a leak verdict (killed: no END record, or a
+ * fatal signal). `slots` are its crash-safe live state (CS_REC_LIVE):
+ * every DLPack tensor still there is a dlpack-leak warning ("not released
+ * when the process was killed"), every NumPy block a live-at-exit warning.
+ * Returns how many were reported. */
+int cs_lc_finish_killed(cs_lifecycle *lc, const cs_live_slot *slots, size_t n);
+
 /* Events judged so far (a forked child counts its own). */
 uint64_t cs_lc_events(cs_lifecycle *lc);
 
@@ -144,6 +155,16 @@ size_t cs_lc_live_keys(cs_lifecycle *lc, int ns, uint64_t **out);
  * stops being consumed (released, or lent again), under its stripe's lock.
  * NULL (the report tool): nothing is called. */
 extern void (*cs_lc_data_watch)(uint64_t data, uint64_t bytes, int sign);
+/* The runtime's crash-safe mirror of live objects (livestate.c): a slot
+ * when an object is made (its first event), news of its consume, the end
+ * of it. Called under the object's stripe lock, with that stripe's index
+ * as the pool. NULL (the report tool): nothing is mirrored. */
+extern uint32_t (*cs_lc_live_put)(unsigned pool, const cs_event *origin, uint64_t bytes);
+extern void (*cs_lc_live_consumed)(uint32_t slot, uint32_t stack);
+extern void (*cs_lc_live_drop)(uint32_t slot);
+/* Mirror every live object again (a forked child's new trace file). */
+void cs_lc_remirror(cs_lifecycle *lc);
+
 /* The consumed, unreleased tensors whose data span overlaps [lo, hi):
  * up to max of them into out; returns how many. Locks each stripe. */
 size_t cs_lc_consumed_in(cs_lifecycle *lc, uint64_t lo, uint64_t hi, uint64_t *out, size_t max);
@@ -177,6 +198,9 @@ enum cs_leak_detail {
     CS_LEAK_NULL_DESTRUCTOR = 4, /* capsule created without a destructor */
     CS_LEAK_SHUTDOWN = 5,   /* never consumed; its deleter ran during interpreter
                              * shutdown and released nothing */
+    CS_LEAK_KILLED = 6,     /* not released when the process was killed: a warning */
 };
+/* cs_finding.detail for live-at-exit */
+enum cs_live_detail { CS_LIVE_QUICK_EXIT = 0, CS_LIVE_KILLED = 1 };
 
 #endif

@@ -212,6 +212,31 @@ static void ot_erase(stripe *st, obj *o)
 
 /* ---- object history ---- */
 
+uint32_t (*cs_lc_live_put)(unsigned pool, const cs_event *origin, uint64_t bytes);
+void (*cs_lc_live_consumed)(uint32_t slot, uint32_t stack);
+void (*cs_lc_live_drop)(uint32_t slot);
+
+/* the stripe's index: the live-state pool its objects' slots come from */
+static inline unsigned pool_of(uint64_t key)
+{
+    return (unsigned)(((key >> 4) * 0xff51afd7ed558ccdull) >> 58);
+}
+
+static void mirror(obj *o)
+{
+    const cs_event *e = &o->hist[0];
+    if (cs_lc_live_put && !o->slot && o->state != CS_ST_RELEASED &&
+        (e->kind == CS_EV_EXPORT || e->kind == CS_EV_NP_ALLOC))
+        o->slot = cs_lc_live_put(pool_of(o->key), e, o->bytes);
+}
+
+static inline void unmirror(obj *o)
+{
+    if (o->slot && cs_lc_live_drop)
+        cs_lc_live_drop(o->slot);
+    o->slot = 0;
+}
+
 void ot_hist_add(stripe *st, obj *o, const cs_event *ev, judge *j)
 {
     if (j && ev == j->cur)
@@ -227,6 +252,8 @@ void ot_hist_add(stripe *st, obj *o, const cs_event *ev, judge *j)
     }
     if (o->nhist < CAP) {
         o->hist[o->nhist++] = *ev;
+        if (o->nhist == 1)
+            mirror(o); /* its first event made it */
     } else {
         /* keep the first events (export, consume) and the latest */
         o->hist[CAP - 1] = *ev;
@@ -264,6 +291,7 @@ static inline void unwatch(const obj *o)
 void ot_reset(stripe *st, obj *o)
 {
     unwatch(o);
+    unmirror(o);
     o->gen = ++st->gen;
     o->state = CS_ST_CREATED;
     o->flags = 0;
@@ -342,6 +370,7 @@ void cs_lc_totals_get(cs_lifecycle *lc, cs_lc_totals *t)
 void ot_entomb(stripe *st, obj *o)
 {
     unwatch(o);
+    unmirror(o);
     if (o->state != CS_ST_RELEASED)
         ot_count(st, o, -1);
     o->state = CS_ST_RELEASED;
@@ -417,7 +446,27 @@ void cs_lc_fork_child(cs_lifecycle *lc)
             obj *o = &lc->s[i].tab[k];
             o->flags &= (uint16_t)~OF_TRACED;
             o->nflushed = 0;
+            o->slot = 0; /* in the parent's file: cs_lc_remirror makes new ones */
         }
+}
+
+void cs_lc_remirror(cs_lifecycle *lc)
+{
+    for (int i = 0; i < NSTRIPES; i++) {
+        stripe *st = &lc->s[i];
+        ot_lock(lc, st);
+        for (size_t k = 0; k < st->cap; k++) {
+            obj *o = &st->tab[k];
+            if (!o->key || !o->nhist || o->state == CS_ST_RELEASED)
+                continue;
+            o->slot = 0;
+            mirror(o);
+            for (unsigned h = 1; h < o->nhist && o->slot && cs_lc_live_consumed; h++)
+                if (o->hist[h].kind == CS_EV_CONSUME)
+                    cs_lc_live_consumed(o->slot, o->hist[h].stack);
+        }
+        ot_unlock(lc, st);
+    }
 }
 
 void ot_each_live(cs_lifecycle *lc, int ns, void (*fn)(cs_lifecycle *, obj *, void *),

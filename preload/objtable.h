@@ -40,6 +40,7 @@ typedef struct obj {
     uint16_t flags;
     uint8_t nhist;
     uint8_t nflushed;  /* history events already given to the sink */
+    uint32_t slot;     /* its live-state slot (cs_lc_live_put), 0 = none */
     uint64_t capsule;  /* the exporting capsule */
     uint64_t data;     /* DLPack: dl_tensor.data as consumed (0 if not known) */
     uint64_t bytes;

@@ -26,6 +26,7 @@
 #include "roots.h"
 #include "options.h"
 #include "probe.h"
+#include "livestate.h"
 #include "reach.h"
 #include "pyapi.h"
 #include "spin.h"
@@ -235,6 +236,9 @@ static void prologue(void)
     const char *o[1] = {opts};
     cs_trace_write_strs(CS_REC_OPTIONS, "", 0, o, 1);
     cs_modules_note();
+    /* a forked child's file starts with the live objects it inherited */
+    if (cs_lc)
+        cs_lc_remirror(cs_lc);
 }
 
 /* ---- finishing ---- */
@@ -662,6 +666,9 @@ static int start(int preload)
     if (!cs_lc)
         return 0;
     cs_lc_set_protect(cs_lc, cs_opt.protect);
+    cs_lc_live_put = cs_live_put; /* crash-safe live state in the trace */
+    cs_lc_live_consumed = cs_live_consumed;
+    cs_lc_live_drop = cs_live_drop;
     if (!cs_opt.record_all)
         cs_lc_set_sink(cs_lc, sink, NULL);
     cs_findings_init();

@@ -12,7 +12,7 @@
 #include <stdint.h>
 
 #define CS_TRACE_MAGIC "CAPSANTR"
-#define CS_TRACE_VERSION 1u
+#define CS_TRACE_VERSION 2u /* 2: LIVE records; readers read 1 too */
 
 typedef struct cs_file_header {
     char magic[8];            /* CS_TRACE_MAGIC, no NUL */
@@ -43,6 +43,8 @@ enum cs_rec_type {
     CS_REC_END = 8,         /* cs_rec_end: how the process ended */
     CS_REC_OPTIONS = 9,     /* the effective CAPSAN_OPTIONS string\0 */
     CS_REC_COUNTS = 10,     /* cs_rec_counts: live objects, sampled over time */
+    CS_REC_LIVE = 11,       /* cs_rec_live: slots mirroring the live objects, rewritten
+                             * in place as they change (crash-safe live state) */
 };
 
 typedef struct cs_rec_process {
@@ -90,9 +92,30 @@ typedef struct cs_rec_frame {
 #define CS_FRAME_PY_LINE(v) ((uint32_t)(v))
 #define CS_FRAME_PY_IS_ENTRY(v) (((v) & CS_FRAME_PY_ENTRY) != 0)
 
-/* Written at most every 10 ms while events happen, and once at the end:
- * the series behind the report's live-memory plot (the trace itself keeps
- * only the events of objects with findings). */
+/* Written while events happen (every 10 ms for the first 10 s, then at a
+ * thousandth of the time run so far), and once at the end: the series
+ * behind the report's live-memory plot (the trace itself keeps only the
+ * events of objects with findings). */
+/* One live object, mirrored into the trace while it lives (key 0: a free
+ * slot). A process killed without an END record still says what it held. */
+typedef struct cs_live_slot {
+    uint64_t obj;         /* the struct (DLPack) or data pointer (NumPy); 0 = free */
+    uint64_t bytes;
+    uint64_t time_ns;     /* of the creating event */
+    uint32_t stack;       /* the creating event's stack */
+    uint32_t consume_stack; /* DLPack: where it was consumed, 0 if not */
+    uint32_t thread;
+    uint8_t kind;         /* the creating event's kind (CS_EV_EXPORT, CS_EV_NP_ALLOC) */
+    uint8_t flags;        /* the creating event's flags */
+    uint16_t aux;         /* the creating event's aux */
+} cs_live_slot; /* 40 bytes */
+
+typedef struct cs_rec_live {
+    uint32_t nslots;
+    uint32_t reserved;
+    /* cs_live_slot slots[nslots] */
+} cs_rec_live;
+
 typedef struct cs_rec_counts {
     uint64_t time_ns;         /* CLOCK_MONOTONIC */
     uint64_t events;          /* events observed so far */

@@ -550,7 +550,7 @@ static void event_html(cs_html *h, const char *phrase, const cs_event *ev, int o
 void cs_html_finding(cs_html *h, const cs_finding *f, const cs_stack_source *src)
 {
     char msg[512], bytes[64];
-    int warn = cs_kind_severity(f->kind) == CS_SEV_WARNING;
+    int warn = cs_finding_severity(f) == CS_SEV_WARNING;
     const char *kind = cs_kind_name(f->kind);
     int nev = f->nevents < CS_FINDING_MAX_EVENTS ? f->nevents : CS_FINDING_MAX_EVENTS;
     h->cards++;

@@ -212,7 +212,7 @@ void cs_json_finding(cs_json *j, const cs_proc_info *p, const cs_finding *f,
     cs_outf(o, "%s\n   {\"kind\": ", j->nfind ? "," : "");
     str_or_empty(o, cs_kind_name(f->kind));
     cs_outf(o, ", \"severity\": \"%s\", \"message\": ",
-            cs_kind_severity(f->kind) == CS_SEV_WARNING ? "warning" : "error");
+            cs_finding_severity(f) == CS_SEV_WARNING ? "warning" : "error");
     cs_json_string(o, cs_finding_message(f, msg, sizeof msg));
     cs_outf(o, ", \"object\": {\"type\": ");
     str_or_empty(o, cs_finding_object_type(f));

@@ -52,6 +52,9 @@ struct cs_trace_priv {
     FILE *spill;
     uint64_t spill_n;
     int spill_failed;
+    /* LIVE: the crash-safe live state, filled slots only */
+    cs_live_slot *live;
+    size_t nlive, live_cap;
     /* COUNTS: the bucket being filled while downsampling */
     cs_rec_counts bucket;
     uint64_t bucket_n;
@@ -98,6 +101,7 @@ static const char *rec_type_name(unsigned type)
     case CS_REC_END: return "END";
     case CS_REC_OPTIONS: return "OPTIONS";
     case CS_REC_COUNTS: return "COUNTS";
+    case CS_REC_LIVE: return "LIVE";
     default: return "unknown";
     }
 }
@@ -621,6 +625,27 @@ static const char *parse_record(cs_trace *t, unsigned type, const uint8_t *p,
         apply_options(t);
         return NULL;
     }
+    case CS_REC_LIVE: {
+        cs_rec_live h;
+        if (n < sizeof h)
+            return "LIVE record too short";
+        memcpy(&h, p, sizeof h);
+        if (h.nslots > (n - sizeof h) / sizeof(cs_live_slot))
+            return "LIVE record shorter than its slots";
+        struct cs_trace_priv *pr = t->priv;
+        for (uint32_t i = 0; i < h.nslots; i++) {
+            cs_live_slot s;
+            memcpy(&s, p + sizeof h + i * sizeof s, sizeof s);
+            if (!s.obj)
+                continue;
+            if (pr->nlive == pr->live_cap) {
+                pr->live_cap = pr->live_cap ? pr->live_cap * 2 : 64;
+                pr->live = cs_xrealloc(pr->live, pr->live_cap * sizeof *pr->live);
+            }
+            pr->live[pr->nlive++] = s;
+        }
+        return NULL;
+    }
     case CS_REC_COUNTS: {
         cs_rec_counts c;
         if (n < sizeof c)
@@ -798,9 +823,9 @@ cs_trace *cs_trace_open(const char *path, char *err, size_t errlen)
     if (memcmp(h.magic, CS_TRACE_MAGIC, 8) != 0) {
         bad = "bad magic (expected \"" CS_TRACE_MAGIC "\")";
         at = offsetof(cs_file_header, magic);
-    } else if (h.version != CS_TRACE_VERSION) {
+    } else if (h.version < 1 || h.version > CS_TRACE_VERSION) {
         snprintf(err, errlen, "%s: unsupported trace format version %u at offset 0x%zx "
-                 "(this capsan reads version %u)", path, h.version,
+                 "(this capsan reads versions 1 to %u)", path, h.version,
                  offsetof(cs_file_header, version), CS_TRACE_VERSION);
         munmap((void *)map, size);
         return NULL;
@@ -839,6 +864,10 @@ cs_trace *cs_trace_open(const char *path, char *err, size_t errlen)
         }
     }
     if (p->lc) {
+        /* killed (no END), or a fatal signal: no leak verdict, but what it
+         * held, from its live state */
+        if (!t->has_end || t->end.how == CS_END_SIGNAL)
+            cs_lc_finish_killed(p->lc, p->live, p->nlive);
         cs_lc_finish(p->lc, t->has_end ? (int)t->end.how : CS_END_UNKNOWN);
         cs_lc_destroy(p->lc);
         p->lc = NULL;
@@ -881,6 +910,7 @@ void cs_trace_close(cs_trace *t)
     free(p->codes);
     free(p->code_index);
     free(p->fmem);
+    free(p->live);
     if (p->spill)
         fclose(p->spill);
     if (p->lc)

@@ -194,7 +194,7 @@ static void render_frame(cs_out *o, int k, const cs_frame_info *f)
 
 static void render_header(cs_out *o, const cs_proc_info *p, const cs_finding *f)
 {
-    int error = cs_kind_severity(f->kind) != CS_SEV_WARNING;
+    int error = cs_finding_severity(f) != CS_SEV_WARNING;
     const char *kind = cs_kind_name(f->kind);
     out_str(o, "=================================================================\n");
     cs_outf(o, "==%llu==", (unsigned long long)p->pid);
@@ -269,9 +269,14 @@ void cs_render_text_leak_group(cs_out *o, const cs_proc_info *p, const cs_leak_g
     uint64_t bytes = g->bytes;
     char msg[512];
     render_header(o, p, first);
-    cs_outf(o, first->kind == CS_KIND_LIVE_AT_EXIT ? "Live at _exit: %llu byte(s) in %u object(s) "
-                                                   : "Direct leak of %llu byte(s) in %u object(s) ",
-            (unsigned long long)bytes, count);
+    /* LeakSanitizer's words for a leak; what was live at the end otherwise */
+    const char *head = "Direct leak of %llu byte(s) in %u object(s) ";
+    if (first->kind == CS_KIND_LIVE_AT_EXIT)
+        head = first->detail == CS_LIVE_KILLED ? "Live when killed: %llu byte(s) in %u object(s) "
+                                               : "Live at _exit: %llu byte(s) in %u object(s) ";
+    else if (cs_finding_severity(first) == CS_SEV_WARNING)
+        head = "Unreleased when killed: %llu byte(s) in %u object(s) ";
+    cs_outf(o, head, (unsigned long long)bytes, count);
     /* "exported at" -> "exported from:", as LeakSanitizer's "allocated from:" */
     const char *phrase = first->nevents ? cs_event_phrase(first, 0) : NULL;
     size_t pl = phrase ? strlen(phrase) : 0;
@@ -317,13 +322,13 @@ int cs_kind_is_grouped(int kind)
 
 void cs_summary_add(cs_summary *s, const cs_finding *f)
 {
-    if (cs_kind_severity(f->kind) == CS_SEV_WARNING)
+    if (cs_finding_severity(f) == CS_SEV_WARNING)
         s->warnings++;
     else
         s->errors++;
     if (f->kind < CS_KIND_COUNT)
         s->per_kind[f->kind]++;
-    if (cs_kind_is_leak(f->kind)) {
+    if (cs_kind_is_leak(f->kind) && cs_finding_severity(f) == CS_SEV_ERROR) {
         s->leaked_bytes += f->bytes;
         s->leak_objects++;
         s->indirect_bytes += f->indirect_bytes;

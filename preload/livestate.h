@@ -1,0 +1,27 @@
+/* Crash-safe live state: every live DLPack tensor and NumPy block has a
+ * slot in the trace's LIVE records (cs_live_slot), written in place when
+ * it is made, consumed and released. The trace is a shared file mapping,
+ * so a process killed by SIGKILL still leaves what it held. The cost is one
+ * slot store per transition, bounded by live objects, not events. */
+#ifndef CAPSAN_LIVESTATE_H
+#define CAPSAN_LIVESTATE_H
+
+#include <stdint.h>
+#include "tracefmt.h"
+
+/* Slots are handed out from NPOOLS pools; the caller serialises the calls
+ * of one pool (the lifecycle passes its stripe, under the stripe's lock). */
+#define CS_LIVE_POOLS 64
+
+/* A slot for an object made by `origin` (its first event): an id, 0 when
+ * there is no trace to write to. */
+uint32_t cs_live_put(unsigned pool, const cs_event *origin, uint64_t bytes);
+/* The object of slot id was consumed at `stack`. */
+void cs_live_consumed(uint32_t id, uint32_t stack);
+/* The object is gone: its slot is free again. */
+void cs_live_drop(uint32_t id);
+/* In a forked child the parent's slots are in the parent's file: ids of
+ * another trace generation are void (ignored), and the lifecycle mirrors
+ * its live objects again into the child's file (cs_lc_remirror). */
+
+#endif
