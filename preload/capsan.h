@@ -54,6 +54,15 @@ CAPSAN_API struct _object *capsan_get_handler(void);
  * that are still live: each becomes a numpy-leak finding now. Returns how
  * many. Call after gc.collect(). GIL held. */
 CAPSAN_API int capsan_handler_leaks(struct _object *handler);
+/* The clock the runtime stamps events with (CLOCK_MONOTONIC ns): a scope's
+ * start, for capsan_scope_dlpack_leaks. */
+CAPSAN_API uint64_t capsan_now_ns(void);
+/* Judge the DLPack tensors consumed since `since_ns` and still unreleased:
+ * each one whose address is stored nowhere in the process's memory any
+ * more is a dlpack-leak finding now (with the consumer's Python line), the
+ * NumPy buffer it keeps alive its indirect part. Returns how many. Call
+ * after gc.collect(). GIL held. */
+CAPSAN_API int capsan_scope_dlpack_leaks(uint64_t since_ns);
 /* Declare the DLPack device type (e.g. 3, kDLCUDAHost) of the memory a
  * handler hands out: exporting its data as plain CPU (device type 1) is then
  * reported as dlpack-device-mismatch. Handler names containing "cuda_host"

@@ -133,6 +133,23 @@ static int may_print(void)
     return cs_opt.max_findings <= 0 || printed < (unsigned)cs_opt.max_findings;
 }
 
+/* A finding about a call capsan lets run that is likely to kill the
+ * process (glibc aborts on a double or invalid free, a NULL deleter jumps
+ * to 0): said at once even in API mode, where nothing else is printed
+ * live, since the process may not live to report it. */
+static int about_to_crash(const cs_finding *f)
+{
+    switch (f->kind) {
+    case CS_KIND_NUMPY_DOUBLE_FREE:
+    case CS_KIND_NUMPY_FOREIGN_FREE:
+    case CS_KIND_DLPACK_NULL_DELETER:
+        return 1;
+    case CS_KIND_DLPACK_DOUBLE_DELETE:
+        return f->nevents && !(f->events[f->nevents - 1].flags & CS_EVF_SKIPPED);
+    }
+    return 0;
+}
+
 /* Findings go to stderr as text: report=text, or report=json without a
  * trace file to render the JSON from (said once, then the text follows). */
 static int text_out(void)
@@ -180,7 +197,8 @@ static void flush(int grouped)
         }
         if (nlog < caplog)
             logbuf[nlog++] = pending[i];
-        if (!text)
+        /* API mode prints nothing live: the scope and the pytest plugin say it */
+        if (!text || (cs_runtime_api_mode() && !about_to_crash(&pending[i])))
             continue;
         if (grouped && is_leak(&pending[i]) && cs_lg_add(&groups, &pending[i]) == 0)
             continue;

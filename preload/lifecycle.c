@@ -516,6 +516,12 @@ static int cmp_leak(const void *a, const void *b)
     return (x->key > y->key) - (x->key < y->key);
 }
 
+static int cmp_u64_key(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return (x > y) - (x < y);
+}
+
 static int cmp_root(const void *a, const void *b)
 {
     const leak_ref *const *x = a, *const *y = b;
@@ -730,4 +736,86 @@ int cs_lc_finish_killed(cs_lifecycle *lc, const cs_live_slot *slots, size_t n)
     }
     free(v);
     return nrep;
+}
+
+/* ---- a scope's end (API mode) ---- */
+
+static uint64_t consumed_at(const obj *o)
+{
+    for (unsigned i = 0; i < o->nhist; i++)
+        if (o->hist[i].kind == CS_EV_CONSUME)
+            return o->hist[i].time_ns;
+    return 0;
+}
+
+size_t cs_lc_consumed_since(cs_lifecycle *lc, uint64_t since_ns, uint64_t **out)
+{
+    uint64_t *v = NULL;
+    size_t n = 0, cap = 0;
+    for (int i = 0; i < NSTRIPES; i++) {
+        stripe *st = &lc->s[i];
+        ot_lock(lc, st);
+        for (size_t k = 0; k < st->cap; k++) {
+            obj *o = &st->tab[k];
+            if (!o->key || o->ns != CS_NS_DLPACK || o->state != CS_ST_CONSUMED ||
+                (o->flags & (OF_LEAK_REPORTED | OF_NULL_DELETER)) || consumed_at(o) < since_ns)
+                continue;
+            if (!ot_room_for_one(&v, n, &cap, sizeof *v))
+                break;
+            v[n++] = o->key;
+        }
+        ot_unlock(lc, st);
+    }
+    if (n)
+        qsort(v, n, sizeof *v, cmp_u64_key);
+    *out = v;
+    return n;
+}
+
+int cs_lc_report_dlpack_leak(cs_lifecycle *lc, uint64_t key)
+{
+    stripe *st = ot_stripe_of(lc, key);
+    ot_lock(lc, st);
+    obj *o = ot_find(st, key, CS_NS_DLPACK);
+    uint64_t data = o && o->state == CS_ST_CONSUMED && !(o->flags & OF_LEAK_REPORTED) ? o->data : 0;
+    int live = o && o->state == CS_ST_CONSUMED && !(o->flags & OF_LEAK_REPORTED);
+    ot_unlock(lc, st);
+    if (!live)
+        return 0;
+    /* its buffer: the live NumPy blocks its data lies in */
+    leak_ref *v = NULL;
+    size_t nv = 0, cap = 0;
+    if (ot_room_for_one(&v, nv, &cap, sizeof *v))
+        v[nv++] = (leak_ref){0, key, data, 0, CS_NS_DLPACK, 0, -1};
+    for (int i = 0; data && v && i < NSTRIPES; i++) {
+        stripe *s2 = &lc->s[i];
+        ot_lock(lc, s2);
+        for (size_t k = 0; k < s2->cap; k++) {
+            obj *b = &s2->tab[k];
+            if (b->key && b->ns == CS_NS_NUMPY && b->state == CS_ST_CREATED &&
+                !(b->flags & OF_LEAK_REPORTED) && b->key <= data &&
+                data < b->key + (b->bytes ? b->bytes : 1) &&
+                ot_room_for_one(&v, nv, &cap, sizeof *v))
+                v[nv++] = (leak_ref){0, b->key, b->key, b->key + b->bytes, CS_NS_NUMPY, 0, 0};
+        }
+        ot_unlock(lc, s2);
+    }
+    cs_finding ind;
+    if (v)
+        gather_indirect(lc, v, nv, 0, &ind);
+    else
+        memset(&ind, 0, sizeof ind);
+    free(v);
+    ot_lock(lc, st);
+    o = ot_find(st, key, CS_NS_DLPACK);
+    int n = 0;
+    if (o && o->state == CS_ST_CONSUMED && !(o->flags & OF_LEAK_REPORTED)) {
+        o->flags |= OF_LEAK_REPORTED;
+        lc->indirect = ind.nindirect ? &ind : NULL;
+        ot_report(lc, NULL, CS_KIND_DLPACK_LEAK, o, NULL, CS_LEAK_CONSUMED, 0);
+        lc->indirect = NULL;
+        n = 1;
+    }
+    ot_unlock(lc, st);
+    return n;
 }

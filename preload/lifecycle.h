@@ -145,6 +145,14 @@ size_t cs_lc_live(cs_lifecycle *lc);
  * Returns how many were reported. */
 int cs_lc_report_live(cs_lifecycle *lc, int ns, uint64_t origin_c);
 
+/* API mode's scope end: the consumed, unreleased, unreported tensors whose
+ * consume came at or after since_ns, sorted, into a malloc'd *out the
+ * caller frees; returns how many. */
+size_t cs_lc_consumed_since(cs_lifecycle *lc, uint64_t since_ns, uint64_t **out);
+/* Report the consumed tensor `key` as a dlpack-leak now, with the live
+ * NumPy blocks its data lies in as its indirect part. 1 if reported. */
+int cs_lc_report_dlpack_leak(cs_lifecycle *lc, uint64_t key);
+
 /* The live, unreported objects of a namespace (what cs_lc_finish would
  * judge), sorted by address into a malloc'd *out the caller frees.
  * Returns how many; 0 with *out == NULL when there are none. */

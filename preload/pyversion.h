@@ -18,6 +18,7 @@ typedef struct cs_pylayout {
     int co_filename, co_name, co_firstlineno, co_code, co_firsttraceable;
     int rt_tstate, rt_initialized, ts_thread_id;
     int str_state, str_data;
+    int ts_ds_top, ts_ds_limit; /* PyThreadState.datastack_top, _limit (-1: none) */
 } cs_pylayout;
 
 /* The row for CPython 3.minor, or NULL. */

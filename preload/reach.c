@@ -1,5 +1,7 @@
 /* Reachability at _exit (reach.h). */
 #include "reach.h"
+#include "pyapi.h"
+#include "pyversion.h"
 
 #include <dlfcn.h>
 #include <fcntl.h>
@@ -204,9 +206,26 @@ static char *read_maps(void)
     return buf;
 }
 
+/* The calling thread's Python data stack above its top holds the frames
+ * of calls that returned (3.11+), each slot a stale word: not scanned. */
+static void skip_popped_frames(cs_reach *r)
+{
+    const cs_pylayout *l = cs_py.layout;
+    if (!cs_py.ok || !l || l->ts_ds_top < 0 || !cs_py.ThreadState_UncheckedGet)
+        return;
+    const char *ts = cs_py.ThreadState_UncheckedGet();
+    if (!ts)
+        return;
+    char *top = *(char *const *)(ts + l->ts_ds_top);
+    char *limit = *(char *const *)(ts + l->ts_ds_limit);
+    if (top && limit > top && (size_t)(limit - top) < ((size_t)1 << 30))
+        cs_reach_own(r, top, (size_t)(limit - top));
+}
+
 size_t cs_reach_run(cs_reach *r, cs_root_cb cb, void *ud)
 {
     size_t hits = 0;
+    skip_popped_frames(r);
     char *maps = read_maps();
     dl_iterate_phdr(self_cb, r);
     if (maps)

@@ -284,6 +284,71 @@ static void note_reachable_any(void *ud, uint64_t key, uint64_t where, uint64_t 
     cs_emit(&ev, 0, NULL, NULL);
 }
 
+/* ---- API mode: a scope's unreleased tensors ---- */
+
+uint64_t capsan_now_ns(void) { return cs_now_ns(); }
+
+typedef struct found_keys {
+    const uint64_t *keys;
+    size_t n;
+    unsigned char *found;
+} found_keys;
+
+static void note_found(void *ud, uint64_t key, uint64_t where, uint64_t base)
+{
+    (void)where;
+    (void)base;
+    found_keys *f = ud;
+    size_t lo = 0, hi = f->n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (f->keys[mid] < key)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    if (lo < f->n && f->keys[lo] == key)
+        f->found[lo] = 1;
+}
+
+int capsan_scope_dlpack_leaks(uint64_t since_ns)
+{
+    if (!cs_lc || !cs_recording)
+        return 0;
+    uint64_t *keys;
+    size_t n = cs_lc_consumed_since(cs_lc, since_ns, &keys);
+    if (!n)
+        return 0;
+    /* most tensors a scope consumed are released by its end: only the
+     * rest costs a scan */
+    found_keys f = {keys, n, calloc(n, 1)};
+    cs_reach *r = f.found ? cs_reach_new(keys, n) : NULL;
+    int reported = 0;
+    if (r) {
+        cs_reach_own(r, f.found, n);
+        cs_lc_own_memory(cs_lc, cs_reach_own, r);
+        cs_findings_own_memory(cs_reach_own, r);
+        cs_reach_run(r, note_found, &f);
+        cs_thread *t = cs_thread_get();
+        for (size_t i = 0; i < n; i++) {
+            if (f.found[i])
+                continue; /* still referenced: the program may release it later */
+            if (t)
+                t->busy = 1; /* the report's own allocations are not events */
+            reported += cs_lc_report_dlpack_leak(cs_lc, keys[i]);
+            if (t)
+                t->busy = 0;
+        }
+        cs_findings_flush();
+    }
+    memset(keys, 0, n * sizeof *keys);
+    free(keys);
+    free(f.found);
+    return reported;
+}
+
+int cs_runtime_api_mode(void) { return api_mode; }
+
 /* _exit(): no finalization ran, so whatever is alive may still be in use.
  * What no word of the process's memory points to any more is leaked
  * (reach.c); the rest is live at _exit. */

@@ -67,6 +67,9 @@ unsigned cs_findings_total(void);
 unsigned cs_findings_judged(void);
 void cs_findings_summary(void);
 
+/* Started by `import capsan` (not preloaded): findings go to Python only. */
+int cs_runtime_api_mode(void);
+
 /* Finish the process's trace (leak check when how == CS_END_EXIT) and
  * return the exit status to use. Idempotent. */
 int cs_runtime_finish(int how, int status);

@@ -60,3 +60,45 @@ def test_shutdown_clean(tmp_path, mode, anypy):
     res = run_capsan(SHUT, tmp_path, args=[mode], interpreter=anypy)
     assert res.returncode == 0 and f"survived {mode}" in res.stdout, res.describe()
     assert findings(res.report) == [], summarize(res.report)
+
+
+API_SCOPE = '''
+import json, sys
+import numpy as np
+import capsan
+import dlconsumer as C
+
+with capsan.trace(check=False) as t:
+    batch = np.arange(8, dtype=np.float32)
+    C.consume_leak(batch.__dlpack__())  # <-- scope-leak
+    del batch
+with capsan.trace(check=False) as clean:
+    batch = np.arange(8, dtype=np.float32)
+    C.consume_good(batch.__dlpack__())
+    view = np.from_dlpack(batch)
+    assert view.sum() == 28.0
+    del view, batch
+print("CAPSAN-FINDINGS " + json.dumps([f.raw for f in t.findings]))
+print("clean", len(clean.findings), flush=True)
+'''
+
+
+def test_api_scope_dlpack_leak(tmp_path, anypy):
+    """capsan.trace(): a tensor consumed in the scope and referenced nowhere
+    at its end is the scope's dlpack-leak at the consumer's line; the array
+    it keeps alive is its indirect part, not a numpy-leak of its own; and
+    nothing is printed live (API mode)."""
+    import sys
+    sys.path.insert(0, str(SCENARIOS))
+    from np_testlib import run_api
+    script = tmp_path / "api_scope.py"
+    script.write_text(API_SCOPE)
+    r = run_api(script, tmp_path, interpreter=anypy)
+    assert r.returncode == 0 and "clean 0" in r.stdout, (r.stdout, r.stderr[-3000:])
+    assert [f["kind"] for f in r.findings] == ["dlpack-leak"], r.findings
+    f = r.findings[0]
+    lines = [(fr["file"].rsplit("/", 1)[-1], fr["line"]) for e in f["events"] if e["event"] == "consume"
+             for fr in e["stack"] if fr["python"]]
+    assert ("api_scope.py", marker_line(script, "scope-leak")) in lines, f
+    assert f["indirect_objects"] == 1 and f["indirect"][0]["kind"] == "numpy-leak", f
+    assert "ERROR: capsan" not in r.stderr, r.stderr[-3000:]

@@ -297,3 +297,40 @@ def test_missing_runtime_breaks_only_runs_that_ask_for_capsan(tmp_path):
     cp = pytest_run(tmp_path, ["--capsan", path.name], pythonpath=pyd)
     assert cp.returncode == 4, cp.describe
     assert "libcapsan.so not found" in cp.stderr, cp.describe
+
+
+TENSOR_TESTS = '''
+import numpy as np
+import dlconsumer as C
+
+
+def test_tensor_leak():
+    batch = np.arange(8, dtype=np.float32)
+    C.consume_leak(batch.__dlpack__())  # <-- tensor-leak
+
+
+def test_tensor_released():
+    batch = np.arange(8, dtype=np.float32)
+    C.consume_good(batch.__dlpack__())
+    view = np.from_dlpack(batch)
+    assert view.sum() == 28.0
+'''
+
+
+def test_tensor_leak_fails_its_test(tmp_path):
+    """In API mode a tensor consumed inside a test and referenced nowhere at
+    its end is that test's dlpack-leak, at the consumer's line, with the
+    array it keeps alive as the indirect part; nothing is printed live."""
+    path = write_tests(tmp_path, TENSOR_TESTS, "test_tensors.py")
+    cp = pytest_run(tmp_path, ["--capsan", path.name])
+    got = outcomes(cp)
+    assert {k for k, v in got.items() if v.startswith("failed")} == {"test_tensor_leak"}, (
+        f"{got}\n{cp.describe}")
+    line = marker_line(path, "tensor-leak")
+    assert f"test_tensors.py::test_tensor_leak: dlpack-leak x1 at test_tensors.py:{line}" \
+        in cp.stdout, cp.describe
+    assert "Indirect leak of 32 byte(s) in 1 object(s)" in cp.stdout, cp.describe
+    assert "numpy-leak" not in cp.stdout.split("short test summary")[-1], cp.describe
+    # API mode prints nothing live: no finding text outside the plugin's report
+    assert "ERROR: capsan:" not in cp.stderr, cp.describe
+    assert "Captured stderr" not in cp.stdout, cp.describe

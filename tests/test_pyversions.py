@@ -120,7 +120,7 @@ def test_unknown_version_gets_a_note_and_native_stacks(tmp_path):
     empty.mkdir()
     (empty / "pyversions.inc").write_text(
         "\n".join(l for l in src.splitlines() if not l.startswith("PYV(")) +
-        "\nPYV(99, CS_PYF_OBJECT, -1, 0, 0, 0, 0, -1, -1, -1, -1, 0, 0, 0, -1, -1, -1, 0, 0, 0, 0)\n")
+        "\nPYV(99, CS_PYF_OBJECT, -1, 0, 0, 0, 0, -1, -1, -1, -1, 0, 0, 0, -1, -1, -1, 0, 0, 0, 0, -1, -1)\n")
     lib = tmp_path / "libcapsan.so"
     objs = sorted((BUILD / "obj" / "rt").rglob("*.o"))
     objs = [o for o in objs if o.name != "pyversion.o"]

@@ -163,6 +163,8 @@ _SIGS = {
     "capsan_set_handler": ([ctypes.c_void_p], ctypes.c_void_p),
     "capsan_get_handler": ([], ctypes.c_void_p),
     "capsan_handler_leaks": ([ctypes.c_void_p], ctypes.c_int),
+    "capsan_now_ns": ([], ctypes.c_uint64),
+    "capsan_scope_dlpack_leaks": ([ctypes.c_uint64], ctypes.c_int),
     "capsan_handler_set_device": ([ctypes.py_object, ctypes.c_int], ctypes.c_int),
     "capsan_capsule_peek": ([ctypes.py_object], ctypes.c_void_p),
 }
@@ -252,3 +254,11 @@ def get_handler():
 
 def handler_leaks(handler) -> int:
     return int(call("capsan_handler_leaks", _ref(handler)))
+
+
+def now_ns() -> int:
+    return int(call("capsan_now_ns"))
+
+
+def scope_dlpack_leaks(since_ns: int) -> int:
+    return int(call("capsan_scope_dlpack_leaks", since_ns))

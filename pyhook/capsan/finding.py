@@ -135,6 +135,10 @@ class Finding:
         self.object = d.get("object") or {}
         self.count = int(d.get("count") or 1)
         self.events = [Event(e) for e in d.get("events") or []]
+        # LeakSanitizer's indirect leaks: what only this leak keeps alive
+        self.indirect = d.get("indirect") or []
+        self.indirect_bytes = int(d.get("indirect_bytes") or 0)
+        self.indirect_objects = int(d.get("indirect_objects") or 0)
 
     @property
     def stack(self) -> list:
@@ -216,6 +220,16 @@ def render_finding(f: Finding, pid=None, cut=None) -> str:
             lines.append(f"    #{k} {fr}")
     if not f.events:
         lines.append("  <no events recorded>")
+    if f.indirect_objects:
+        lines.append(f"Indirect leak of {f.indirect_bytes} byte(s) in {f.indirect_objects} "
+                     "object(s) allocated from:")
+        first = (f.indirect[0].get("events") or [{}])[0] if f.indirect else {}
+        stack = Event(first).stack if first else []
+        for k, fr in enumerate(stack):
+            if cut is not None and k and cut(fr):
+                lines.append(f"    ... {len(stack) - k} more frame(s)")
+                break
+            lines.append(f"    #{k} {fr}")
     return "\n".join(lines) + "\n"
 
 

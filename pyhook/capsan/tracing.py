@@ -59,7 +59,7 @@ class Trace:
         self.leaks = leaks
         self._findings = []
         self._seen = set()         # absolute finding numbers already collected
-        self._scopes = []          # (handler, previous handler, cursor), innermost last
+        self._scopes = []          # (handler, previous handler, cursor, start ns), innermost last
         self._lock = threading.Lock()
         self.handler = None        # the tracing handler of the innermost open scope
 
@@ -86,30 +86,39 @@ class Trace:
         """Install a fresh tracing handler for the current context."""
         _lib.start()  # idempotent; the pytest plugin imports capsan without starting it
         cursor = _lib.findings_count()
+        since = _lib.now_ns() if _lib.has("capsan_now_ns") else 0
         h = prev = None
         if _numpy_available():
             h = _lib.handler_new(self.inner)
             prev = _lib.set_handler(h)
         with self._lock:
-            self._scopes.append((h, prev, cursor))
+            self._scopes.append((h, prev, cursor, since))
             self.handler = h
 
     def _restore(self):
         """Close the innermost scope: the previous handler is back. Returns
         (tracing handler, cursor at entry); leaks are not judged yet."""
         with self._lock:
-            h, prev, cursor = self._scopes.pop()
+            h, prev, cursor, since = self._scopes.pop()
             self.handler = self._scopes[-1][0] if self._scopes else None
         if h is not None:
             _lib.set_handler(prev)
+        self._since = since
         return h, cursor
 
     def _judge(self, h):
         """gc.collect(), then every block `h` allocated and still alive is a
         numpy-leak (only while the runtime records: after capsan.stop()
         frees are no longer seen)."""
-        if h is not None and self.leaks and _lib.active():
-            gc.collect()
+        if not (self.leaks and _lib.active()):
+            return
+        gc.collect()
+        # tensors consumed in the scope and referenced nowhere any more
+        # first: the NumPy buffers they keep alive are their indirect part
+        since = getattr(self, "_since", None)
+        if since and _lib.has("capsan_scope_dlpack_leaks"):
+            _lib.scope_dlpack_leaks(since)
+        if h is not None:
             _lib.handler_leaks(h)
 
     def _collect(self, cursor):

@@ -50,16 +50,22 @@ int main(void)
 #else
     int co_name = OFF(PyCodeObject, co_name), co_code = -1, co_first = -1;
 #endif
+#if PY_VERSION_HEX >= 0x030B0000
+    int ds_top = OFF(PyThreadState, datastack_top), ds_limit = OFF(PyThreadState, datastack_limit);
+#else
+    int ds_top = -1, ds_limit = -1; /* 3.10's frames are heap objects */
+#endif
 #if PY_VERSION_HEX < 0x030C0000
     int rt_ts = OFF(_PyRuntimeState, gilstate.tstate_current);
 #else
     int rt_ts = -1; /* a C thread-local since 3.12 */
 #endif
-    printf("PYV(%d, %s, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d)\n",
+    printf("PYV(%d, %s, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, "
+           "%d, %d)\n",
            PY_MINOR_VERSION, model, ts_cframe, cur, f_code, f_back, f_instr, f_owner, f_entry,
            gen, cstack, OFF(PyCodeObject, co_filename), co_name,
            OFF(PyCodeObject, co_firstlineno), co_code, co_first, rt_ts,
            OFF(_PyRuntimeState, initialized), OFF(PyThreadState, thread_id),
-           OFF(PyASCIIObject, state), (int)sizeof(PyASCIIObject));
+           OFF(PyASCIIObject, state), (int)sizeof(PyASCIIObject), ds_top, ds_limit);
     return 0;
 }
