@@ -5,6 +5,7 @@
 #   make bench      overhead benchmarks (ratios against a plain run)
 #   make fuzz FUZZ_SECONDS=N   fuzz `capsan report` (libFuzzer, ASan+UBSan)
 #   make asan       the runtime under ASan over the DLPack and NumPy scenarios
+#   make stress     tests/test_stress.py 20 times in a row, large (STRESS_RUNS=, STRESS_SCALE=)
 #   make install PREFIX=/usr/local
 #   make test-install  pip install . into a fresh venv of each CPython 3.10-3.13, and make install
 
@@ -17,17 +18,18 @@ NPINC    := $(shell $(PYTHON) -c 'import numpy; print(numpy.get_include())' 2>/d
 WARN     := -Wall -Wextra -Werror
 CFLAGS   ?= -O2 -g
 CFLAGS   += -std=c11 -D_GNU_SOURCE $(WARN) -fno-omit-frame-pointer
+# model/: the finding model both link (trace format, lifecycle, kinds and
+# words, options, rendering as text and JSON, suppressions, leak groups);
+# preload/ is the in-process runtime, reports/ the offline tool
+MODEL_SRC := $(wildcard model/*.c)
 # the runtime: PIC, hidden by default (only capsan_* is exported), no libpython
 # link and no Python headers: one build serves every CPython (pyversions.inc)
-RT_CFLAGS := $(CFLAGS) -fPIC -fvisibility=hidden -Ipreload -Ireports
-RT_SHARED := reports/render.c reports/suppress.c reports/json.c reports/leakgroups.c
-RT_SRC   := $(wildcard preload/*.c) $(RT_SHARED)
+RT_CFLAGS := $(CFLAGS) -fPIC -fvisibility=hidden -Ipreload -Imodel
+RT_SRC   := $(wildcard preload/*.c) $(MODEL_SRC)
 RT_OBJ   := $(patsubst %.c,$(B)/obj/rt/%.o,$(RT_SRC))
 # the report tool
-CLI_SRC  := $(filter-out $(RT_SHARED),$(wildcard reports/*.c))
-# the finding model the CLI shares with the runtime
-MODEL_SRC := preload/lifecycle.c preload/objtable.c preload/findtext.c
-CLI_OBJ  := $(patsubst %.c,$(B)/obj/cli/%.o,$(CLI_SRC) $(MODEL_SRC) preload/options.c $(RT_SHARED))
+CLI_SRC  := $(wildcard reports/*.c)
+CLI_OBJ  := $(patsubst %.c,$(B)/obj/cli/%.o,$(CLI_SRC) $(MODEL_SRC))
 CLI_LIBS := -ldw -lelf -lm
 FIX_SRC  := $(wildcard tests/fixtures/*.c)
 # fixtures are built per interpreter: build/tests for $(PYTHON), and
@@ -43,7 +45,7 @@ PY_OUT   := $(patsubst pyhook/capsan/%,$(B)/python/capsan/%,$(PY_SRC))
 .PHONY: test-install
 all: $(B)/lib/libcapsan.so $(B)/bin/capsan python
 
-$(B)/obj/rt/%.o: %.c $(wildcard preload/*.h preload/*.inc reports/*.h)
+$(B)/obj/rt/%.o: %.c $(wildcard preload/*.h preload/*.inc model/*.h model/*.inc)
 	@mkdir -p $(dir $@)
 	$(CC) $(RT_CFLAGS) -c $< -o $@
 
@@ -52,9 +54,9 @@ $(B)/lib/libcapsan.so: $(RT_OBJ) preload/exports.map
 	$(CC) -shared -o $@ $(RT_OBJ) -Wl,--version-script=preload/exports.map \
 	  -Wl,-z,now -Wl,-z,relro -Wl,--no-undefined -ldl -lpthread
 
-$(B)/obj/cli/%.o: %.c $(wildcard preload/*.h preload/*.inc reports/*.h)
+$(B)/obj/cli/%.o: %.c $(wildcard model/*.h model/*.inc reports/*.h)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -Ipreload -Ireports -c $< -o $@
+	$(CC) $(CFLAGS) -Imodel -Ireports -c $< -o $@
 
 $(B)/bin/capsan: $(CLI_OBJ)
 	@mkdir -p $(dir $@)
@@ -86,9 +88,9 @@ $(B)/tests/pyshared: tests/pyshared.c
 	$(CC) $(CFLAGS) -I$(PYINC) -o $@ $< -lpython3.11
 
 MODEL_OBJ := $(patsubst %.c,$(B)/obj/cli/%.o,$(MODEL_SRC))
-$(B)/tests/unit/%: tests/unit/%.c tests/unit/check.h preload/names.h preload/probe.c preload/probe.h $(MODEL_OBJ) $(B)/obj/cli/reports/render.o
+$(B)/tests/unit/%: tests/unit/%.c tests/unit/check.h preload/names.h preload/probe.c preload/probe.h $(MODEL_OBJ)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -Ipreload -Ireports -o $@ $< preload/probe.c $(MODEL_OBJ) $(B)/obj/cli/reports/render.o
+	$(CC) $(CFLAGS) -Ipreload -Imodel -o $@ $< preload/probe.c $(MODEL_OBJ)
 
 fixtures: $(FIX_SO) $(B)/tests/pyshared $(UNIT_BIN)
 fixture-sos: $(FIX_SO)
@@ -161,10 +163,9 @@ FZ           := $(B)/fuzz
 # gcc leaves float-cast-overflow out of "undefined" (clang does not): named
 UBSAN        := -fsanitize=undefined,float-cast-overflow
 SAN_FLAGS    := -fsanitize=address $(UBSAN) -fno-sanitize-recover=all
-SAN_CFLAGS   := -O1 -g -std=c11 -D_GNU_SOURCE $(WARN) -fno-omit-frame-pointer -Ipreload -Ireports
-HDRS         := $(wildcard preload/*.h preload/*.inc reports/*.h)
-FUZZ_OBJ     := $(patsubst %.c,$(FZ)/obj/%.o,tests/fuzz/fuzz_report.c $(CLI_SRC) $(MODEL_SRC) \
-                  preload/options.c $(RT_SHARED))
+SAN_CFLAGS   := -O1 -g -std=c11 -D_GNU_SOURCE $(WARN) -fno-omit-frame-pointer -Imodel
+HDRS         := $(wildcard preload/*.h preload/*.inc model/*.h model/*.inc reports/*.h)
+FUZZ_OBJ     := $(patsubst %.c,$(FZ)/obj/%.o,tests/fuzz/fuzz_report.c $(CLI_SRC) $(MODEL_SRC))
 ASAN_CLI_OBJ := $(patsubst $(B)/obj/%,$(B)/asan/obj/%,$(CLI_OBJ))
 ASAN_RT_OBJ  := $(patsubst $(B)/obj/%,$(B)/asan/obj/%,$(RT_OBJ))
 UBSAN_RT_OBJ := $(patsubst $(B)/obj/%,$(B)/ubsan/obj/%,$(RT_OBJ))
@@ -178,7 +179,7 @@ FUZZ_RUN     := -timeout=30 -rss_limit_mb=2048 -max_len=65536 -close_fd_mask=3 \
 # 2000 COUNTS points) and spilling (past 4096 findings).
 $(FZ)/obj/%.o: %.c $(HDRS)
 	@mkdir -p $(dir $@)
-	$(FUZZ_CC) $(SAN_CFLAGS) -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=all \
+	$(FUZZ_CC) $(SAN_CFLAGS) -Ireports -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=all \
 	  -DCS_COUNTS_MAX=16 -DFMEM_MAX=8 $(if $(filter reports/cli.c,$<),-Dmain=cs_cli_main) -c $< -o $@
 $(FZ)/fuzz_report: $(FUZZ_OBJ)
 	$(FUZZ_CC) -fsanitize=fuzzer,address,undefined -Wl,--wrap=cs_sym_cleanup -o $@ $(FUZZ_OBJ) $(CLI_LIBS)
@@ -210,26 +211,25 @@ fuzz-regress: $(FZ)/fuzz_report
 
 $(B)/asan/obj/cli/%.o: %.c $(HDRS)
 	@mkdir -p $(dir $@)
-	$(SAN_CC) $(SAN_CFLAGS) $(SAN_FLAGS) -c $< -o $@
+	$(SAN_CC) $(SAN_CFLAGS) -Ireports $(SAN_FLAGS) -c $< -o $@
 $(B)/asan/bin/capsan: $(ASAN_CLI_OBJ)
 	@mkdir -p $(dir $@)
 	$(SAN_CC) $(SAN_FLAGS) -o $@ $(ASAN_CLI_OBJ) $(CLI_LIBS)
 ASAN_MODEL_OBJ := $(patsubst %.c,$(B)/asan/obj/cli/%.o,$(MODEL_SRC))
 $(B)/asan/tests/unit/%: tests/unit/%.c tests/unit/check.h preload/names.h preload/probe.c preload/probe.h \
-    $(ASAN_MODEL_OBJ) $(B)/asan/obj/cli/reports/render.o
+    $(ASAN_MODEL_OBJ)
 	@mkdir -p $(dir $@)
-	$(SAN_CC) $(SAN_CFLAGS) $(SAN_FLAGS) -o $@ $< preload/probe.c \
-	  $(ASAN_MODEL_OBJ) $(B)/asan/obj/cli/reports/render.o
+	$(SAN_CC) $(SAN_CFLAGS) -Ipreload $(SAN_FLAGS) -o $@ $< preload/probe.c $(ASAN_MODEL_OBJ)
 $(B)/asan/obj/rt/%.o: %.c $(HDRS)
 	@mkdir -p $(dir $@)
-	$(SAN_CC) $(SAN_CFLAGS) $(SAN_FLAGS) -fPIC -fvisibility=hidden -c $< -o $@
+	$(SAN_CC) $(SAN_CFLAGS) -Ipreload $(SAN_FLAGS) -fPIC -fvisibility=hidden -c $< -o $@
 $(B)/asan/lib/libcapsan.so: $(ASAN_RT_OBJ) preload/exports.map
 	@mkdir -p $(dir $@)
 	$(SAN_CC) $(SAN_FLAGS) -shared -o $@ $(ASAN_RT_OBJ) -Wl,--version-script=preload/exports.map \
 	  -Wl,-z,now -Wl,--no-undefined -ldl -lpthread
 $(B)/ubsan/obj/rt/%.o: %.c $(HDRS)
 	@mkdir -p $(dir $@)
-	$(SAN_CC) $(SAN_CFLAGS) $(UBSAN) -fno-sanitize-recover=all -fPIC -fvisibility=hidden -c $< -o $@
+	$(SAN_CC) $(SAN_CFLAGS) -Ipreload $(UBSAN) -fno-sanitize-recover=all -fPIC -fvisibility=hidden -c $< -o $@
 $(B)/ubsan/lib/libcapsan.so: $(UBSAN_RT_OBJ) preload/exports.map
 	@mkdir -p $(dir $@)
 	$(SAN_CC) $(UBSAN) -shared -o $@ $(UBSAN_RT_OBJ) -Wl,--version-script=preload/exports.map \
@@ -250,6 +250,52 @@ test-san: sanitizers
 # the runtime under ASan (libasan preloaded first) over the DLPack and NumPy scenarios
 asan: all fixtures sanitizers
 	@cd tests && CAPSAN_SAN_ASAN=1 $(PYTHON) -m pytest -q -p no:cacheprovider test_sanitizers.py -k test_asan_runtime $(PYTEST_ARGS)
+
+# ---- stress (issue 14) -------------------------------------------------------
+# tests/stress: threads, NEP 49 handler switches, fork while exporting,
+# dlclose and a new library at the same address, deleters after
+# Py_Finalize, capsule names unterminated at a page end, a program that
+# closes every descriptor. Its C parts are built like the fixtures, per
+# interpreter, into FIXOUT/stress: st_*.c are Python extensions, and
+# st_reload.c is built twice (libst_reload_a.so, libst_reload_b.so: one
+# code, one layout) to be loaded with ctypes and unloaded. `make test`
+# runs tests/test_stress.py small (CAPSAN_STRESS_SCALE=1); `make stress`
+# runs it STRESS_RUNS times in a row at STRESS_SCALE and stops at the
+# first failure (each pass's pytest output: build/stress/pass-N.log).
+STRESS_RUNS  ?= 20
+STRESS_SCALE ?= 16
+STRESS_EXT   := $(filter-out tests/stress/st_reload.c,$(wildcard tests/stress/st_*.c))
+STRESS_SO    := $(patsubst tests/stress/%.c,$(FIXOUT)/stress/%.so,$(STRESS_EXT)) \
+                $(FIXOUT)/stress/libst_reload_a.so $(FIXOUT)/stress/libst_reload_b.so
+.PHONY: stress
+$(FIXOUT)/stress/st_%.so: tests/stress/st_%.c tests/fixtures/fx_dlpack.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -fPIC -shared -I$(PYINC) -o $@ $<
+$(FIXOUT)/stress/libst_reload_a.so: tests/stress/st_reload.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -fPIC -shared -I$(PYINC) -DST_TAG=65 -o $@ $<
+$(FIXOUT)/stress/libst_reload_b.so: tests/stress/st_reload.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -fPIC -shared -I$(PYINC) -DST_TAG=66 -o $@ $<
+fixtures: $(STRESS_SO)
+fixture-sos: $(STRESS_SO)
+
+stress: all fixtures fixtures-current
+	@mkdir -p $(B)/stress
+	@passed=0; start=$$(date +%s); \
+	for i in $$(seq 1 $(STRESS_RUNS)); do \
+	  t0=$$(date +%s%N); \
+	  (cd tests && CAPSAN_STRESS_SCALE=$(STRESS_SCALE) $(PYTHON) -m pytest -q -p no:cacheprovider \
+	    -x test_stress.py $(PYTEST_ARGS)) > $(B)/stress/pass-$$i.log 2>&1; rc=$$?; \
+	  ds=$$(( ($$(date +%s%N) - t0) / 100000000 )); secs=$$((ds / 10)).$$((ds % 10)); \
+	  if [ $$rc -ne 0 ]; then \
+	    cat $(B)/stress/pass-$$i.log; \
+	    echo "stress: pass $$i FAILED after $${secs}s; $$passed of $(STRESS_RUNS) passes ok"; exit 1; \
+	  fi; \
+	  passed=$$((passed + 1)); \
+	  echo "stress: pass $$i/$(STRESS_RUNS) ok in $${secs}s: $$(tail -n 1 $(B)/stress/pass-$$i.log)"; \
+	done; \
+	echo "stress: $$passed of $(STRESS_RUNS) passes ok (scale $(STRESS_SCALE), $$(( $$(date +%s) - start ))s in all)"
 
 clean:
 	rm -rf $(B)

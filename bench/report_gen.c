@@ -9,13 +9,13 @@
  * --unique gives every object a fresh address (no reuse), the worst case
  * for a reader whose memory must not grow with freed objects.
  * Prints "events=N findings=F leaks=L leaked_bytes=B" on stdout.
- * Layout: preload/tracefmt.h, reports/FORMAT.md. */
+ * Layout: model/tracefmt.h, reports/FORMAT.md. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "../preload/tracefmt.h"
+#include "tracefmt.h"
 
 #define START_MONO 1000000000ull
 #define POOL 4096            /* reused addresses per namespace */

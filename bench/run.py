@@ -111,7 +111,8 @@ def report_throughput():
     capsan = os.path.join(ROOT, "build", "bin", "capsan")
     gen = os.path.join(ROOT, "build", "bench", "report_gen")
     os.makedirs(os.path.dirname(gen), exist_ok=True)
-    subprocess.run(["cc", "-O2", "-std=c11", "-Wall", "-Wextra", "-Werror", "-o", gen,
+    subprocess.run(["cc", "-O2", "-std=c11", "-Wall", "-Wextra", "-Werror",
+                    "-I" + os.path.join(ROOT, "model"), "-o", gen,
                     os.path.join(ROOT, "bench", "report_gen.c")], check=True)
     tmp = tempfile.mkdtemp(prefix="capsan-bench-report-")
     try:

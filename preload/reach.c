@@ -74,19 +74,6 @@ static int cmp_range(const void *a, const void *b)
     return (x->lo > y->lo) - (x->lo < y->lo);
 }
 
-static long find_key(const cs_reach *r, uint64_t w)
-{
-    size_t lo = 0, hi = r->n;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (r->keys[mid] < w)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo < r->n && r->keys[lo] == w ? (long)lo : -1;
-}
-
 #define SELF_SPAN 128 /* a DLManagedTensorVersioned and its manager's first fields */
 
 /* the words of a copy at [a, b) of the (aligned) memory at `at` */
@@ -98,7 +85,7 @@ static void scan_words(cs_reach *r, uintptr_t a, uintptr_t b, uintptr_t at, cs_r
         uint64_t w = *p;
         if (w < kmin || w > kmax)
             continue; /* most words are not addresses of the keys' kind */
-        long i = find_key(r, w);
+        long i = cs_key_index(r->keys, r->n, w);
         /* an object does not keep itself alive: a DLManagedTensor's
          * manager_ctx often points at the struct that holds it */
         if (i >= 0 && !r->seen[i] && (uint64_t)at - w >= SELF_SPAN) {

@@ -16,19 +16,6 @@ typedef struct scan {
     void *ud;
 } scan;
 
-static long find_key(const scan *s, uint64_t w)
-{
-    size_t lo = 0, hi = s->n;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (s->keys[mid] < w)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo < s->n && s->keys[lo] == w ? (long)lo : -1;
-}
-
 static void scan_range(scan *s, uintptr_t base, const uint64_t *p, const uint64_t *end)
 {
     uint64_t lo = s->keys[0], hi = s->keys[s->n - 1];
@@ -36,7 +23,7 @@ static void scan_range(scan *s, uintptr_t base, const uint64_t *p, const uint64_
         uint64_t w = *p;
         if (w < lo || w > hi)
             continue; /* most words: not a heap address at all */
-        long i = find_key(s, w);
+        long i = cs_key_index(s->keys, s->n, w);
         if (i >= 0 && !s->seen[i]) {
             s->seen[i] = 1;
             s->cb(s->ud, w, (uint64_t)(uintptr_t)p, base);

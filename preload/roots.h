@@ -18,6 +18,20 @@
  * address */
 typedef void (*cs_root_cb)(void *ud, uint64_t key, uint64_t where, uint64_t base);
 
+/* The index of w in the sorted keys, or -1. */
+static inline long cs_key_index(const uint64_t *keys, size_t n, uint64_t w)
+{
+    size_t lo = 0, hi = n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (keys[mid] < w)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < n && keys[lo] == w ? (long)lo : -1;
+}
+
 /* keys: sorted, n > 0. Calls cb once for each key found; returns how many
  * were found. */
 size_t cs_roots_scan(const uint64_t *keys, size_t n, cs_root_cb cb, void *ud);

@@ -299,16 +299,9 @@ static void note_found(void *ud, uint64_t key, uint64_t where, uint64_t base)
     (void)where;
     (void)base;
     found_keys *f = ud;
-    size_t lo = 0, hi = f->n;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (f->keys[mid] < key)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    if (lo < f->n && f->keys[lo] == key)
-        f->found[lo] = 1;
+    long i = cs_key_index(f->keys, f->n, key);
+    if (i >= 0)
+        f->found[i] = 1;
 }
 
 int capsan_scope_dlpack_leaks(uint64_t since_ns)

@@ -3,6 +3,7 @@
  * console error (the Chromium test looks for those). Plots and timelines
  * are SVG written here, so the page reads without JavaScript too. */
 #include "html.h"
+#include "leakgroups.h"
 #include "utf8.h"
 
 #include <errno.h>
@@ -547,7 +548,10 @@ static void event_html(cs_html *h, const char *phrase, const cs_event *ev, int o
     bodyf(h, "</ol></details>\n");
 }
 
-void cs_html_finding(cs_html *h, const cs_finding *f, const cs_stack_source *src)
+/* One card: a finding, or (count > 1) a group of identical leaks with the
+ * oldest of them as the example and the totals of all */
+static void card(cs_html *h, const cs_finding *f, const cs_stack_source *src, unsigned count,
+                 uint64_t total, unsigned ind_count, uint64_t ind_bytes)
 {
     char msg[512], bytes[64];
     int warn = cs_finding_severity(f) == CS_SEV_WARNING;
@@ -555,7 +559,7 @@ void cs_html_finding(cs_html *h, const cs_finding *f, const cs_stack_source *src
     int nev = f->nevents < CS_FINDING_MAX_EVENTS ? f->nevents : CS_FINDING_MAX_EVENTS;
     h->cards++;
     if (f->kind < CS_KIND_COUNT)
-        h->per_kind[f->kind]++;
+        h->per_kind[f->kind] += count;
     if (h->nrows)
         h->rows[h->nrows - 1].cards++;
     bodyf(h, "<article class=\"finding %s\" id=\"f%u\" data-kind=\"", warn ? "warning" : "error",
@@ -567,12 +571,16 @@ void cs_html_finding(cs_html *h, const cs_finding *f, const cs_stack_source *src
     bodyf(h, "</span> <span class=\"obj\">");
     T(cs_finding_object_type(f));
     bodyf(h, " <code>0x%llx</code></span>", (unsigned long long)f->obj);
-    if (f->bytes) {
-        human_bytes(bytes, sizeof bytes, f->bytes);
+    if (total) {
+        human_bytes(bytes, sizeof bytes, (double)total);
         bodyf(h, " <span class=\"bytes\" title=\"%llu bytes\">%s</span>",
-              (unsigned long long)f->bytes, bytes);
+              (unsigned long long)total, bytes);
     }
-    bodyf(h, "</header>\n<p class=\"msg\">");
+    bodyf(h, "</header>\n");
+    if (count > 1)
+        bodyf(h, "<p class=\"group\">%u objects made at the same stack, %llu bytes in all; "
+                 "the first of them:</p>\n", count, (unsigned long long)total);
+    bodyf(h, "<p class=\"msg\">");
     T(cs_finding_message(f, msg, sizeof msg));
     bodyf(h, "</p>\n");
     timeline(h, f, nev);
@@ -583,14 +591,25 @@ void cs_html_finding(cs_html *h, const cs_finding *f, const cs_stack_source *src
         event_html(h, phrase ? phrase : cs_event_name(&f->events[i]), &f->events[i], i == nev - 1,
                    src);
     }
-    if (f->nindirect) {
+    if (ind_count) {
         /* what only this leak keeps alive, grouped under it */
-        human_bytes(bytes, sizeof bytes, f->indirect_bytes);
+        human_bytes(bytes, sizeof bytes, (double)ind_bytes);
         bodyf(h, "<p class=\"indirect\">Indirect leak of %s in %u object(s), kept alive by this "
-                 "one; the first allocated at:</p>\n", bytes, f->nindirect);
-        event_html(h, "allocated at", &f->indirect[0].alloc, 0, src);
+                 "leak; the first allocated at:</p>\n", bytes, ind_count);
+        if (f->nindirect)
+            event_html(h, "allocated at", &f->indirect[0].alloc, 0, src);
     }
     bodyf(h, "</div></article>\n");
+}
+
+void cs_html_finding(cs_html *h, const cs_finding *f, const cs_stack_source *src)
+{
+    card(h, f, src, 1, f->bytes, f->nindirect, f->indirect_bytes);
+}
+
+void cs_html_leak_group(cs_html *h, const cs_leak_group *g, const cs_stack_source *src)
+{
+    card(h, &g->first, src, g->count, g->bytes, g->ind_count, g->ind_bytes);
 }
 
 void cs_html_omitted(cs_html *h, unsigned n, long max_findings)

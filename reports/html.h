@@ -47,6 +47,10 @@ typedef struct cs_html_proc {
 cs_html *cs_html_begin(FILE *out, char *err, size_t errlen);
 void cs_html_process_begin(cs_html *h, const cs_html_proc *p);
 void cs_html_finding(cs_html *h, const cs_finding *f, const cs_stack_source *src);
+/* Identical leaks (same kind and making stack) as one card with their
+ * count and bytes, as the text report groups them. */
+struct cs_leak_group;
+void cs_html_leak_group(cs_html *h, const struct cs_leak_group *g, const cs_stack_source *src);
 /* findings not shown (max_findings) */
 void cs_html_omitted(cs_html *h, unsigned n, long max_findings);
 void cs_html_process_end(cs_html *h, const cs_summary *s);

@@ -14,8 +14,8 @@
 
 #include <stddef.h>
 #include <stdint.h>
-#include "../preload/tracefmt.h"
-#include "../preload/lifecycle.h"
+#include "tracefmt.h"
+#include "lifecycle.h"
 #include "render.h"
 
 typedef struct cs_module_rec {

@@ -121,7 +121,10 @@ static void groups_render(report_ctx *c)
             c->omitted += v[i]->count;
             continue;
         }
-        cs_render_text_leak_group(c->out, &c->pi, v[i], &c->src);
+        if (c->format == FMT_HTML)
+            cs_html_leak_group(c->html, v[i], &c->src);
+        else
+            cs_render_text_leak_group(c->out, &c->pi, v[i], &c->src);
         c->shown++;
     }
     free(v);
@@ -206,7 +209,9 @@ static void on_finding(void *ud, const cs_finding *f)
         gen_suppression(c, f);
         break;
     case FMT_HTML:
-        if (over_limit(c)) {
+        if (cs_kind_is_grouped(f->kind)) {
+            group_add(c, f); /* identical leaks: one card, as the text groups them */
+        } else if (over_limit(c)) {
             c->omitted++;
         } else {
             cs_html_finding(c->html, f, &c->src);
@@ -575,6 +580,7 @@ static int report_one(entry *e, const entry *parent, report_ctx *c, FILE *errf)
         cs_json_process_end(&c->json, &c->sum);
         break;
     case FMT_HTML:
+        groups_render(c);
         cs_html_omitted(c->html, c->omitted, c->max);
         cs_html_process_end(c->html, &c->sum);
         break;

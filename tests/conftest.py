@@ -32,8 +32,8 @@ FIXDIR = BUILD / "tests"
 PYSHARED = FIXDIR / "pyshared"
 STATIC_PY = Path("/usr/bin/python3")  # Debian's python3.11, libpython linked statically
 SCENARIOS = TESTS / "scenarios"
-KINDS_INC = ROOT / "preload" / "kinds.inc"
-OPTIONS_INC = ROOT / "preload" / "options.inc"
+KINDS_INC = ROOT / "model" / "kinds.inc"
+OPTIONS_INC = ROOT / "model" / "options.inc"
 
 DEFAULT_EXITCODE = 23
 TIMEOUT = 120
@@ -99,7 +99,7 @@ def require_runtime() -> None:
 
 
 def contract_kinds() -> list[tuple[str, str]]:
-    """(name, severity) of every KIND(...) in preload/kinds.inc."""
+    """(name, severity) of every KIND(...) in model/kinds.inc."""
     text = KINDS_INC.read_text()
     out = []
     for m in re.finditer(r'KIND\(\s*\w+\s*,\s*"([^"]+)"\s*,\s*CS_SEV_(\w+)', text):
@@ -109,7 +109,7 @@ def contract_kinds() -> list[tuple[str, str]]:
 
 
 def contract_options() -> list[str]:
-    """Every option name in preload/options.inc."""
+    """Every option name in model/options.inc."""
     names = re.findall(r"^OPT\(\s*\w+\s*,\s*(\w+)\s*,", OPTIONS_INC.read_text(), re.M)
     assert names, "no OPT() lines parsed from options.inc"
     return names

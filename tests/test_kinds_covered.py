@@ -1,4 +1,4 @@
-"""Every finding kind of the contract (preload/kinds.inc) has a test that
+"""Every finding kind of the contract (model/kinds.inc) has a test that
 commits the bug for real and asserts the kind and the Python file:line of
 the event that matters. This map names those tests; a kind added to
 kinds.inc without one, or a test renamed away, fails here."""

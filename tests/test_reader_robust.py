@@ -1,7 +1,7 @@
 """capsan report on synthetic traces: findings with their stacks, and no
 crash on truncated or damaged files (reports/reader.c, reports/FORMAT.md).
 
-The traces are written here with struct, following preload/tracefmt.h, so
+The traces are written here with struct, following model/tracefmt.h, so
 these tests need neither the runtime nor Python extensions: only
 build/bin/capsan."""
 import json
@@ -22,7 +22,7 @@ LIBCAPSAN = os.path.join(HERE, "..", "build", "lib", "libcapsan.so")
 
 pytestmark = pytest.mark.skipif(not os.path.exists(CAPSAN), reason="build/bin/capsan not built")
 
-# --- the format (preload/tracefmt.h) ----------------------------------------
+# --- the format (model/tracefmt.h) ----------------------------------------
 
 REC_PAD, REC_PROCESS, REC_MODULE, REC_CODE, REC_FRAME, REC_EVENT, REC_THREAD, REC_END, REC_OPTIONS, REC_COUNTS = range(1, 11)
 REC_LIVE = 11

@@ -1,4 +1,4 @@
-/* Unit tests of preload/lifecycle.c: event sequences in, findings out.
+/* Unit tests of model/lifecycle.c: event sequences in, findings out.
  * The same module judges live in the runtime and offline in the reader,
  * so these sequences pin down both. */
 #include <pthread.h>

@@ -9,7 +9,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
-#include "../preload/lifecycle.h"
+#include "lifecycle.h"
 
 typedef struct cs_frame_info {
     int python;            /* 1: Python frame, 0: native */

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "util.h"
+#include "hash.h"
 
 static uint64_t key_of(const cs_finding *f)
 {

@@ -748,28 +748,29 @@ static uint64_t consumed_at(const obj *o)
     return 0;
 }
 
+typedef struct since_list {
+    uint64_t since_ns;
+    uint64_t *v;
+    size_t n, cap;
+} since_list;
+
+static void consumed_since(cs_lifecycle *lc, obj *o, void *ud)
+{
+    (void)lc;
+    since_list *l = ud;
+    if (o->state == CS_ST_CONSUMED && !(o->flags & OF_NULL_DELETER) &&
+        consumed_at(o) >= l->since_ns && ot_room_for_one(&l->v, l->n, &l->cap, sizeof *l->v))
+        l->v[l->n++] = o->key;
+}
+
 size_t cs_lc_consumed_since(cs_lifecycle *lc, uint64_t since_ns, uint64_t **out)
 {
-    uint64_t *v = NULL;
-    size_t n = 0, cap = 0;
-    for (int i = 0; i < NSTRIPES; i++) {
-        stripe *st = &lc->s[i];
-        ot_lock(lc, st);
-        for (size_t k = 0; k < st->cap; k++) {
-            obj *o = &st->tab[k];
-            if (!o->key || o->ns != CS_NS_DLPACK || o->state != CS_ST_CONSUMED ||
-                (o->flags & (OF_LEAK_REPORTED | OF_NULL_DELETER)) || consumed_at(o) < since_ns)
-                continue;
-            if (!ot_room_for_one(&v, n, &cap, sizeof *v))
-                break;
-            v[n++] = o->key;
-        }
-        ot_unlock(lc, st);
-    }
-    if (n)
-        qsort(v, n, sizeof *v, cmp_u64_key);
-    *out = v;
-    return n;
+    since_list l = {since_ns, NULL, 0, 0};
+    ot_each_live(lc, CS_NS_DLPACK, consumed_since, &l);
+    if (l.n)
+        qsort(l.v, l.n, sizeof *l.v, cmp_u64_key);
+    *out = l.v;
+    return l.n;
 }
 
 int cs_lc_report_dlpack_leak(cs_lifecycle *lc, uint64_t key)
