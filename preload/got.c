@@ -25,6 +25,7 @@ typedef struct patched {
     int seen;     /* found in the current walk */
     slot *slots;
     unsigned nslots;
+    const uint64_t *letters; /* first letters of the hooks that apply to it */
 } patched;
 
 static const cs_hook *hooks;
@@ -37,10 +38,21 @@ static unsigned long long last_adds = ~0ull, last_subs = ~0ull;
 static unsigned total_slots;
 static size_t pagesz;
 
+/* the first letters of the general hooks' names, and of all hooks' (for
+ * the few objects an only_in hook applies to): most relocations of a
+ * large library are dismissed by one bit test */
+static uint64_t letters_general[4], letters_all[4];
+
 void cs_got_init(const cs_hook *h, int n, const void *self)
 {
     hooks = h;
     nhooks = n;
+    for (int i = 0; i < n; i++) {
+        unsigned char c0 = (unsigned char)h[i].name[0];
+        letters_all[c0 >> 6] |= 1ull << (c0 & 63);
+        if (!h[i].only_in)
+            letters_general[c0 >> 6] |= 1ull << (c0 & 63);
+    }
     Dl_info di;
     if (dladdr(self, &di))
         self_base = (uintptr_t)di.dli_fbase;
@@ -74,10 +86,11 @@ static int skip_object(const struct dl_phdr_info *info)
 
 /* The hook for symbol s in object `obj`: one limited to that object
  * (only_in) wins over the name's general one. */
-static const cs_hook *match(const char *s, const char *obj)
+static const cs_hook *match(const char *s, const char *obj, const uint64_t *letters)
 {
-    /* every hooked name starts with one of these letters: cheap first cut */
-    if (s[0] != 'P' && s[0] != 'd' && s[0] != 'e' && s[0] != '_' && s[0] != 'g' && s[0] != 'f')
+    /* the first letters of the hooked names: a cheap first cut */
+    unsigned char c0 = (unsigned char)s[0];
+    if (!(letters[c0 >> 6] & (1ull << (c0 & 63))))
         return NULL;
     const cs_hook *any = NULL;
     for (int i = 0; i < nhooks; i++)
@@ -138,7 +151,7 @@ static void patch_relocs(patched *p, uintptr_t base, const ElfW(Sym) *symtab, co
         size_t name = symtab[symi].st_name;
         if (name >= strsz)
             continue;
-        const cs_hook *h = match(strtab + name, p->name);
+        const cs_hook *h = match(strtab + name, p->name, p->letters);
         if (!h)
             continue;
         uintptr_t addr = base + r_offset;
@@ -156,6 +169,10 @@ static uintptr_t reloc_ptr(uintptr_t v, uintptr_t base)
 
 static void patch_object(patched *p, const struct dl_phdr_info *info)
 {
+    p->letters = letters_general;
+    for (int i = 0; i < nhooks; i++)
+        if (hooks[i].only_in && strstr(p->name, hooks[i].only_in))
+            p->letters = letters_all;
     const ElfW(Dyn) *dyn = NULL;
     uintptr_t base = info->dlpi_addr, relro_lo = 0, relro_hi = 0;
     for (int i = 0; i < info->dlpi_phnum; i++) {

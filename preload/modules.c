@@ -12,6 +12,8 @@
 typedef struct seen {
     uintptr_t base;
     const void *phdr;
+    uint64_t name; /* a hash of its path: another library may be loaded at
+                    * the same address after a dlclose, same layout and all */
     uint32_t gen;
 } seen;
 
@@ -28,13 +30,22 @@ static seen *lookup(uintptr_t base, const void *phdr)
     return NULL;
 }
 
+static uint64_t name_hash(const char *s)
+{
+    uint64_t h = 1469598103934665603ull; /* FNV-1a */
+    for (; s && *s; s++)
+        h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    return h;
+}
+
 static int cb(struct dl_phdr_info *info, size_t size, void *data)
 {
     (void)size;
     (void)data;
     uint32_t g = cs_trace_gen();
     seen *s = lookup(info->dlpi_addr, info->dlpi_phdr);
-    if (s && s->gen == g)
+    uint64_t nh = name_hash(info->dlpi_name);
+    if (s && s->gen == g && s->name == nh)
         return 0;
     uintptr_t lo = UINTPTR_MAX, hi = 0;
     const unsigned char *bid = NULL;
@@ -97,6 +108,7 @@ static int cb(struct dl_phdr_info *info, size_t size, void *data)
         s = &tab[n++];
     s->base = info->dlpi_addr;
     s->phdr = info->dlpi_phdr;
+    s->name = nh;
     s->gen = g;
     return 0;
 }

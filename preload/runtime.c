@@ -28,6 +28,7 @@
 #include "probe.h"
 #include "livestate.h"
 #include "reach.h"
+#include "unwfd.h"
 #include "pyapi.h"
 #include "spin.h"
 #include "stack.h"
@@ -572,7 +573,7 @@ static const cs_hook process_hooks[] = {
     {"dlsym", (void *)hook_dlsym, "_ctypes"},
 };
 
-static cs_hook all_hooks[32];
+static cs_hook all_hooks[48];
 
 /* ---- fork ---- */
 
@@ -747,6 +748,8 @@ static int start(int preload)
     for (size_t i = 0; i < sizeof process_hooks / sizeof process_hooks[0]; i++)
         if (!api_mode || strcmp(process_hooks[i].name, "__libc_start_main") != 0)
             all_hooks[n++] = process_hooks[i];
+    for (int i = 0; i < cs_unwfd_nhooks; i++)
+        all_hooks[n++] = cs_unwfd_hooks[i];
     all_hooks_p = all_hooks;
     all_hooks_n = n;
     cs_got_init(all_hooks, n, (void *)self_marker);
@@ -755,6 +758,7 @@ static int start(int preload)
     atexit(at_exit);
     cs_recording = 1;
     int patched = cs_got_scan();
+    cs_stack_start();
     if (cs_opt.verbosity) {
         unsigned o, s;
         cs_got_stats(&o, &s);

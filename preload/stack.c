@@ -24,6 +24,7 @@
 /* ---- native: libunwind, loaded RTLD_LOCAL so its _Unwind_* and backtrace
  * never replace libgcc's for the host (C++ exceptions in torch) ---- */
 static int (*unw_bt)(void **, int);
+static int (*unw_policy)(void *, int);
 static void (*unw_flush)(void *, uintptr_t, uintptr_t);
 static void *unw_space;
 /* libunwind's cursor API, for a walk that also says where each return
@@ -76,11 +77,17 @@ void cs_stack_init(const void *self)
     *(void **)&unw_cur_init = dlsym(h, "_ULx86_64_init_local");
     *(void **)&unw_cur_step = dlsym(h, "_ULx86_64_step");
     *(void **)&unw_cur_reg = dlsym(h, "_ULx86_64_get_reg");
-    if (as) {
+    if (as)
         unw_space = *as;
-        if (policy)
-            policy(unw_space, 2 /* UNW_CACHE_PER_THREAD */);
-    }
+    unw_policy = policy;
+}
+
+void cs_stack_start(void)
+{
+    /* the first libunwind call initialises it, and that opens its memory
+     * check pipe: only once unwfd.c's hooks are in its slots */
+    if (unw_space && unw_policy)
+        unw_policy(unw_space, 2 /* UNW_CACHE_PER_THREAD */);
 }
 
 static _Atomic uint32_t chains_gen;

@@ -11,6 +11,8 @@ struct cs_stack_cache;
 
 /* Load libunwind privately; `self` is any address inside libcapsan.so. */
 void cs_stack_init(const void *self);
+/* Start libunwind, once the slots of loaded objects are patched. */
+void cs_stack_start(void);
 /* Capture this thread's stack now. With `python_only` and the GIL held,
  * no native frames (the Python line is what tells). Returns the leaf id
  * (0 when stacks are off), its records already in the trace. */

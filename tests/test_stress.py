@@ -189,11 +189,6 @@ def test_dlclose_and_reload_at_same_address(reload_run):
     assert p["summary"]["events"] >= RELOAD_ROUNDS * 20 * 5 * 3, p["summary"]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "capsan bug: preload/modules.c cb() skips an object whose (base, phdr) it noted before in "
-    "this trace generation, so a library loaded after a dlclose at the same address gets no "
-    "MODULE record, and `capsan report` symbolizes its frames with the unloaded one's module "
-    "and build id (B's leaks are shown exported from libst_reload_a.so)"))
 def test_reloaded_library_frames_name_it(reload_run):
     res = reload_run
     assert res.report is not None, res.describe()
@@ -325,13 +320,6 @@ def test_fd_guest_control(tmp_path, spy):
     assert out.read_text() == "pipes intact\nfirst descriptor 0\n", out.read_text()
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "capsan bug: the libunwind 1.6 that preload/stack.c loads validates each address it reads "
-    "(CONSERVATIVE_CHECKS) by read()ing one byte from, and write()ing one byte of memory into, "
-    "a pipe it keeps in static descriptors, and re-creates that pipe (close() of the old numbers, "
-    "pipe2()) when the read fails: it reads and writes the program's own descriptors once the "
-    "program has closed and reused those numbers, and takes descriptors 0 and 1 from a program "
-    "that closed everything"))
 def test_fd_guest_unwinder_leaves_descriptors_alone(tmp_path, spy):
     out = tmp_path / "out.txt"
     res = run("stress_fd_guest.py", tmp_path, spy, [out])
