@@ -522,9 +522,16 @@ static void *hook_dlsym(void *handle, const char *name)
     return p;
 }
 
+/* The status the program exits with (main's return or exit()'s argument),
+ * -1 until known. The leak verdict waits for capsan's own ELF destructor
+ * (capsan_fini): C atexit handlers and the destructors of every library
+ * loaded after capsan may still release tensors after Py_Finalize. */
+static int exit_status = -1;
+
 static void hook_exit(int status)
 {
-    exit(cs_runtime_finish(CS_END_EXIT, status));
+    exit_status = status;
+    exit(status);
 }
 
 static void hook__exit(int status)
@@ -538,7 +545,8 @@ static main_fn real_main;
 static int main_wrap(int argc, char **argv, char **envp)
 {
     int rc = real_main(argc, argv, envp);
-    return cs_runtime_finish(CS_END_EXIT, rc);
+    exit_status = rc;
+    return rc;
 }
 
 typedef int (*lsm_fn)(main_fn, int, char **, void (*)(void), void (*)(void), void (*)(void),
@@ -555,13 +563,37 @@ static int hook_libc_start_main(main_fn m, int argc, char **argv, void (*init)(v
     return real(main_wrap, argc, argv, init, fini, rtld_fini, stack_end);
 }
 
-static void at_exit(void)
+/* The last of the exit. glibc runs the ELF destructors (_dl_fini) as the
+ * last exit handler, and runs the libraries' in link order, so capsan's
+ * destructor comes before those of the extensions Python loaded later.
+ * It registers one more exit handler: glibc runs a handler registered
+ * while the handlers run once _dl_fini has returned, after every atexit
+ * handler and every library's destructor. There the process's leaks are
+ * judged; when capsan's exitcode must replace the program's status, the
+ * process ends there (stdio flushed first, as exit() would). */
+extern int __cxa_atexit(void (*fn)(void *), void *arg, void *dso);
+
+static void last_verdict(void *unused)
 {
-    /* a main() that returned without our wrapper: the status is unknown,
-     * so only capsan's own exitcode can replace it */
-    int st = cs_runtime_finish(CS_END_EXIT, -1);
-    if (st != -1)
+    (void)unused;
+    int st = cs_runtime_finish(CS_END_EXIT, exit_status);
+    if (st != exit_status) {
+        fflush(NULL);
         _exit(st);
+    }
+}
+
+/* set once the runtime is fully started (a non-Python process, or one
+ * capsan stays out of, never arms it) */
+static int verdict_armed;
+
+__attribute__((destructor)) static void capsan_fini(void)
+{
+    if (!verdict_armed || api_mode)
+        return;
+    /* no DSO handle: no library's __cxa_finalize runs it early */
+    if (__cxa_atexit(last_verdict, NULL, NULL) != 0)
+        last_verdict(NULL);
 }
 
 static const cs_hook process_hooks[] = {
@@ -755,7 +787,7 @@ static int start(int preload)
     cs_got_init(all_hooks, n, (void *)self_marker);
     pthread_atfork(fork_prepare, fork_parent, fork_child);
     install_crash_handlers();
-    atexit(at_exit);
+    verdict_armed = 1;
     cs_recording = 1;
     int patched = cs_got_scan();
     cs_stack_start();

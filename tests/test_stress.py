@@ -244,13 +244,6 @@ def test_deleters_after_finalize_run_without_crash(atexit_run):
     assert len(marked) == ATEXIT_LEAKS, summarize(res.report)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "capsan bug: the leak verdict (preload/runtime.c main_wrap -> cs_runtime_finish -> "
-    "cs_lc_finish) is taken when main() returns, before C atexit handlers and ELF "
-    "destructors run, and the static-data root scan (cs_roots_scan) covers NumPy blocks only: "
-    "tensors a consumer keeps in static storage and releases after Py_Finalize are reported "
-    "as dlpack-leak 'consumed but its deleter was never called' (and numpy's arrays behind "
-    "them as leaks), although their deleters run"))
 def test_deleters_after_finalize_exact_findings(atexit_run):
     res, _ = atexit_run
     assert_ran(res)
