@@ -67,20 +67,6 @@ struct cs_trace_priv {
 
 /* ---- small helpers --------------------------------------------------- */
 
-
-
-
-
-static uint32_t hash32(uint32_t x)
-{
-    x ^= x >> 16;
-    x *= 0x7feb352dU;
-    x ^= x >> 15;
-    x *= 0x846ca68bU;
-    x ^= x >> 16;
-    return x;
-}
-
 /* A NUL-terminated string at p within avail bytes: its length, or -1. */
 static long bounded_strlen(const uint8_t *p, size_t avail)
 {
@@ -126,7 +112,7 @@ static void frames_put(struct cs_trace_priv *p, uint32_t id, uint32_t parent, ui
         for (size_t i = 0; i < p->frames_cap; i++) {
             if (!p->frames[i].id)
                 continue;
-            size_t j = hash32(p->frames[i].id) & (ncap - 1);
+            size_t j = cs_hash32(p->frames[i].id) & (ncap - 1);
             while (n[j].id)
                 j = (j + 1) & (ncap - 1);
             n[j] = p->frames[i];
@@ -135,7 +121,7 @@ static void frames_put(struct cs_trace_priv *p, uint32_t id, uint32_t parent, ui
         p->frames = n;
         p->frames_cap = ncap;
     }
-    size_t j = hash32(id) & (p->frames_cap - 1);
+    size_t j = cs_hash32(id) & (p->frames_cap - 1);
     while (p->frames[j].id && p->frames[j].id != id)
         j = (j + 1) & (p->frames_cap - 1);
     if (!p->frames[j].id)
@@ -149,7 +135,7 @@ static const frame_slot *frames_get(const struct cs_trace_priv *p, uint32_t id)
 {
     if (!id || !p->frames_cap)
         return NULL;
-    size_t j = hash32(id) & (p->frames_cap - 1);
+    size_t j = cs_hash32(id) & (p->frames_cap - 1);
     while (p->frames[j].id) {
         if (p->frames[j].id == id)
             return &p->frames[j];
@@ -160,7 +146,7 @@ static const frame_slot *frames_get(const struct cs_trace_priv *p, uint32_t id)
 
 static code_slot *code_find_slot(code_slot *tab, size_t cap, uint32_t id)
 {
-    size_t j = hash32(id) & (cap - 1);
+    size_t j = cs_hash32(id) & (cap - 1);
     while (tab[j].index_plus1 && tab[j].id != id)
         j = (j + 1) & (cap - 1);
     return &tab[j];
