@@ -561,6 +561,14 @@ static void link_indirect(leak_ref *v, size_t nv)
     free(r);
 }
 
+/* A tensor's dlpack-leak, with what only it keeps alive (ind) */
+static void report_tensor_leak(cs_lifecycle *lc, obj *o, uint32_t detail, const cs_finding *ind)
+{
+    lc->indirect = ind->nindirect ? ind : NULL;
+    ot_report(lc, NULL, CS_KIND_DLPACK_LEAK, o, NULL, detail, 0);
+    lc->indirect = NULL;
+}
+
 /* The indirect part of root v[ri]: each block is traced (its history goes
  * to the sink, so a replay links it the same way) and not reported again. */
 static void gather_indirect(cs_lifecycle *lc, leak_ref *v, size_t nv, size_t ri, cs_finding *ind)
@@ -663,13 +671,11 @@ int cs_lc_finish(cs_lifecycle *lc, int how)
             if (o->ns == CS_NS_NUMPY) {
                 ot_report(lc, NULL, CS_KIND_NUMPY_LEAK, o, NULL, 0, 0);
             } else {
-                lc->indirect = ind.nindirect ? &ind : NULL;
-                ot_report(lc, NULL, CS_KIND_DLPACK_LEAK, o, NULL,
-                          (o->flags & OF_DROPPED)        ? CS_LEAK_SHUTDOWN
-                          : o->state == CS_ST_CONSUMED ? CS_LEAK_CONSUMED
-                                                       : CS_LEAK_NEVER_CONSUMED,
-                          0);
-                lc->indirect = NULL;
+                report_tensor_leak(lc, o,
+                                   (o->flags & OF_DROPPED)        ? CS_LEAK_SHUTDOWN
+                                   : o->state == CS_ST_CONSUMED ? CS_LEAK_CONSUMED
+                                                                : CS_LEAK_NEVER_CONSUMED,
+                                   &ind);
             }
             n++;
         }
@@ -778,8 +784,8 @@ int cs_lc_report_dlpack_leak(cs_lifecycle *lc, uint64_t key)
     stripe *st = ot_stripe_of(lc, key);
     ot_lock(lc, st);
     obj *o = ot_find(st, key, CS_NS_DLPACK);
-    uint64_t data = o && o->state == CS_ST_CONSUMED && !(o->flags & OF_LEAK_REPORTED) ? o->data : 0;
     int live = o && o->state == CS_ST_CONSUMED && !(o->flags & OF_LEAK_REPORTED);
+    uint64_t data = live ? o->data : 0;
     ot_unlock(lc, st);
     if (!live)
         return 0;
@@ -812,9 +818,7 @@ int cs_lc_report_dlpack_leak(cs_lifecycle *lc, uint64_t key)
     int n = 0;
     if (o && o->state == CS_ST_CONSUMED && !(o->flags & OF_LEAK_REPORTED)) {
         o->flags |= OF_LEAK_REPORTED;
-        lc->indirect = ind.nindirect ? &ind : NULL;
-        ot_report(lc, NULL, CS_KIND_DLPACK_LEAK, o, NULL, CS_LEAK_CONSUMED, 0);
-        lc->indirect = NULL;
+        report_tensor_leak(lc, o, CS_LEAK_CONSUMED, &ind);
         n = 1;
     }
     ot_unlock(lc, st);

@@ -289,6 +289,22 @@ static void note_reachable_any(void *ud, uint64_t key, uint64_t where, uint64_t 
 
 uint64_t capsan_now_ns(void) { return cs_now_ns(); }
 
+/* One reachability scan of the process for the sorted keys (reach.c),
+ * capsan's own memory left out: its tables, its findings, and `also`
+ * (n bytes). -1 when out of memory (nothing scanned). */
+static int scan_process(const uint64_t *keys, size_t n, const void *also, size_t also_n,
+                        cs_root_cb cb, void *ud)
+{
+    cs_reach *r = cs_reach_new(keys, n);
+    if (!r)
+        return -1;
+    cs_reach_own(r, also, also_n);
+    cs_lc_own_memory(cs_lc, cs_reach_own, r);
+    cs_findings_own_memory(cs_reach_own, r);
+    cs_reach_run(r, cb, ud);
+    return 0;
+}
+
 typedef struct found_keys {
     const uint64_t *keys;
     size_t n;
@@ -316,13 +332,8 @@ int capsan_scope_dlpack_leaks(uint64_t since_ns)
     /* most tensors a scope consumed are released by its end: only the
      * rest costs a scan */
     found_keys f = {keys, n, calloc(n, 1)};
-    cs_reach *r = f.found ? cs_reach_new(keys, n) : NULL;
     int reported = 0;
-    if (r) {
-        cs_reach_own(r, f.found, n);
-        cs_lc_own_memory(cs_lc, cs_reach_own, r);
-        cs_findings_own_memory(cs_reach_own, r);
-        cs_reach_run(r, note_found, &f);
+    if (f.found && scan_process(keys, n, f.found, n, note_found, &f) == 0) {
         cs_thread *t = cs_thread_get();
         for (size_t i = 0; i < n; i++) {
             if (f.found[i])
@@ -366,12 +377,7 @@ static void scan_at_quick_exit(void)
         free(np);
         free(dl);
         np = dl = NULL;
-        cs_reach *r = cs_reach_new(keys, k);
-        if (r) {
-            cs_lc_own_memory(cs_lc, cs_reach_own, r);
-            cs_findings_own_memory(cs_reach_own, r);
-            cs_reach_run(r, note_reachable_any, NULL);
-        }
+        scan_process(keys, k, NULL, 0, note_reachable_any, NULL);
     }
     free(np);
     free(dl);
