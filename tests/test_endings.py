@@ -5,7 +5,7 @@ any more is a leak, the rest is live-at-exit (a warning, not an error)."""
 import pytest
 
 from conftest import (CURRENT, DEFAULT_EXITCODE, PYSHARED, SCENARIOS, STATIC_PY, assert_finding_at,
-                      findings, kinds, marker_line, run_capsan, summarize)
+                      events_at, findings, kinds, marker_line, run_capsan, summarize)
 
 MP = SCENARIOS / "mp_workers.py"
 QE = SCENARIOS / "quick_exit.py"
@@ -19,19 +19,36 @@ def errors(report):
     return [f for f in findings(report) if f["severity"] == "error"]
 
 
-def check_one_leak(res, script, ended, indirect=True):
-    """One process leaked: one dlpack-leak at the consumer's line (with a
-    numpy export, the batch's buffer indirect), and that process says how
-    it ended."""
+LEAKS = 3  # tensors each leaking program loses
+
+
+def check_leaks(res, script, ended, indirect=True):
+    """One process lost LEAKS tensors at the consumer's line (with numpy
+    exports, each batch's buffer indirect), and it says how it ended.
+
+    The verdict is a conservative scan, as LeakSanitizer's: a leaked
+    tensor whose address is also the address of an object freed earlier
+    looks referenced when a stale copy of that old pointer survives (in the
+    unused tail of a reused pymalloc block, say). It is then reported
+    live-at-exit, a warning at the same line, instead of leaked. Which
+    addresses collide depends on the memory layout (the length of the
+    environment is enough to change it), so the programs lose three
+    tensors, and at least one must be judged leaked."""
+    line = marker_line(script, "consume-leak")
     errs = errors(res.report)
-    assert len(errs) == 1 and errs[0]["kind"] == "dlpack-leak", summarize(res.report)
-    f = errs[0]
-    assert_finding_at(res, "dlpack-leak", script, "consume-leak", event="consume", innermost=False)
-    assert f["bytes"] == 32, f
-    if indirect:
-        assert f["indirect_objects"] == 1 and f["indirect_bytes"] == 32, f
-        alloc = [fr for fr in f["indirect"][0]["events"][0]["stack"] if fr["python"]]
-        assert any(fr["line"] == marker_line(script, "alloc") for fr in alloc), alloc
+    assert errs and {f["kind"] for f in errs} == {"dlpack-leak"}, summarize(res.report)
+    live = [f for f in findings(res.report, "live-at-exit")
+            if f["object"]["type"] == "DLManagedTensor"]
+    assert len(errs) + len(live) == LEAKS, summarize(res.report)
+    for f in errs + live:
+        assert events_at(f, script, line, "consume"), (line, summarize(res.report))
+    alloc_line = marker_line(script, "alloc") if indirect else None
+    for f in errs:
+        assert f["bytes"] == 32, f
+        if indirect:
+            assert f["indirect_objects"] == 1 and f["indirect_bytes"] == 32, f
+            alloc = [fr for fr in f["indirect"][0]["events"][0]["stack"] if fr["python"]]
+            assert any(fr["line"] == alloc_line for fr in alloc), alloc
     [proc] = [p for p in res.report["processes"] if p["findings"] and
               any(x["severity"] == "error" for x in p["findings"])]
     assert proc["ended"] == ended, (proc["ended"], summarize(res.report))
@@ -44,13 +61,13 @@ def test_fork_worker_leak_at_os_exit(tmp_path, anypy):
     assert "results [(0, 0.0), (1, 8.0), (2, 16.0), (3, 24.0)]" in res.stdout, res.describe()
     assert f"exitcodes [0, 0, {DEFAULT_EXITCODE}, 0]" in res.stdout, res.describe()
     assert len(res.report["processes"]) == 5, summarize(res.report)
-    check_one_leak(res, MP, "_exit", indirect=False)
+    check_leaks(res, MP, "_exit", indirect=False)
 
 
 def test_spawn_worker_leak(tmp_path, interp):
     res = run_capsan(MP, tmp_path, args=["spawn", "leak"], interpreter=interp)
     assert f"exitcodes [0, 0, {DEFAULT_EXITCODE}, 0]" in res.stdout, res.describe()
-    check_one_leak(res, MP, "exit", indirect=False)
+    check_leaks(res, MP, "exit", indirect=False)
 
 
 @pytest.mark.parametrize("method", ["fork", "spawn"])
@@ -65,19 +82,14 @@ def test_clean_workers(tmp_path, method, interp):
 
 def test_os_exit_leak(tmp_path, anypy):
     res = run_capsan(QE, tmp_path, args=["leak"], interpreter=anypy)
-    if anypy == CURRENT.get("cp310"):
-        # the scan is conservative: on CPython 3.10 a stale copy of the
-        # struct's address stays in the interpreter's freed memory, so the
-        # tensor is reported live at _exit (a warning), not leaked
-        assert res.returncode == 0, res.describe()
-        live = findings(res.report, "live-at-exit")
-        assert any(f["object"]["type"] == "DLManagedTensor" for f in live), summarize(res.report)
-        assert_finding_at(res, "live-at-exit", QE, "consume-leak", event="consume",
-                          innermost=False)
-        return
     assert "ending leak" in res.stdout and res.returncode == DEFAULT_EXITCODE, res.describe()
-    check_one_leak(res, QE, "_exit")
-    assert "Indirect leak of 32 byte(s) in 1 object(s)" in res.stderr, res.stderr[-3000:]
+    check_leaks(res, QE, "_exit")
+    n = len(errors(res.report))
+    # leaks with one stack are one LeakSanitizer-style group; the
+    # interpreter's first call and its specialized later ones differ
+    assert "Direct leak of" in res.stderr and "Indirect leak of" in res.stderr, res.stderr[-3000:]
+    assert (f"{32 * n} byte(s) leaked in {n} object(s), and {32 * n} indirectly in {n}."
+            in res.stderr), res.stderr[-3000:]
 
 
 def test_os_exit_with_live_torch_tensors(tmp_path, anypy):

@@ -6,7 +6,8 @@ One version of the consumer forgets to release one batch's tensor.
 argv[1]: the start method, "fork" (workers end with os._exit, as every
          multiprocessing fork child does) or "spawn" (a new interpreter that
          exits normally)
-argv[2]: "leak" (worker 2's batch is consumed and never released) or "clean"
+argv[2]: "leak" (worker 2's three batches are consumed and never released)
+         or "clean"
 """
 import multiprocessing as mp
 import sys
@@ -22,7 +23,8 @@ method, mode = sys.argv[1], sys.argv[2]
 def work(i, q):
     batch = np.full(8, float(i), dtype=np.float32)
     if mode == "leak" and i == 2:
-        C.consume_leak(P.good(8))  # <-- consume-leak
+        for _ in range(3):
+            C.consume_leak(P.good(8))  # <-- consume-leak
     else:
         C.consume_good(P.good(8))
         C.consume_good(batch.__dlpack__())

@@ -1,9 +1,9 @@
 """Programs that end with os._exit(), which runs no cleanup at all.
 
 argv[1]:
-  leak      a consumer never releases a numpy export, then os._exit(0): the
-            tensor is referenced nowhere any more (a leak, its buffer
-            indirect)
+  leak      a consumer reads three frames and never releases their numpy
+            exports, then os._exit(0): the tensors are referenced nowhere
+            any more (leaks, each with its buffer indirect)
   torch     torch tensors made from numpy arrays are alive in a global at
             os._exit(0): live, not leaked
   imports   import numpy, torch; os._exit(0): nothing but module data
@@ -16,8 +16,9 @@ import numpy as np
 mode = sys.argv[1]
 if mode == "leak":
     import dlconsumer as C
-    frame = np.arange(8, dtype=np.float32)  # <-- alloc
-    C.consume_leak(frame.__dlpack__())  # <-- consume-leak
+    for i in range(3):
+        frame = np.full(8, i, dtype=np.float32)  # <-- alloc
+        C.consume_leak(frame.__dlpack__())  # <-- consume-leak
     del frame
 elif mode == "torch":
     import torch
