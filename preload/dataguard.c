@@ -5,9 +5,10 @@
  * lock, no lock of ours). The watch counts where their data starts, by
  * 256-byte granule, and keeps the last start seen in each slot: a free()
  * of a block that cannot hold a data start costs two loads, and a block
- * near one costs a compare with that start. Only a block that holds it is
- * looked up against every consumed tensor. A tensor's own deleter frees
- * its data after the tensor was released, so those frees never match.
+ * near one costs its size and a compare with that start. Only a block that
+ * holds it is looked up against every consumed tensor. A tensor's own
+ * deleter frees its data after the tensor was released, so those frees
+ * never match.
  * (Two live tensors in one slot: the later one's start is compared.) */
 #include "dataguard.h"
 
@@ -40,21 +41,24 @@ void cs_dg_check_slow(uintptr_t p, unsigned how)
 {
     if (!p || !cs_recording || !cs_lc)
         return;
-    /* a data start in the block at all? (p itself, or up to 512 bytes on) */
+    /* the block being freed: all of it for malloc's, p itself otherwise */
+    size_t span = how == CS_FREED_LIBC ? malloc_usable_size((void *)p) : 1;
+    if (!span)
+        span = 1;
+    /* a watched data start in it? Blocks just below a live tensor's data
+     * pass the filter at every free (an exchange loop reuses them), so this
+     * is exact before anything is locked or searched */
     uintptr_t g = p >> CS_DG_GRAIN;
-    int near = 0;
+    int in = 0;
     for (uintptr_t x = g; x <= g + 1; x++) {
         unsigned k = cs_dg_page(x);
         uint64_t d = atomic_load_explicit(&starts[k], memory_order_relaxed);
-        near |= atomic_load_explicit(&cs_dg_pages[k], memory_order_relaxed) && d >= p &&
-                d - p < (2u << CS_DG_GRAIN);
+        in |= atomic_load_explicit(&cs_dg_pages[k], memory_order_relaxed) && d >= p && d - p < span;
     }
-    if (!near)
+    if (!in)
         return;
-    /* the block being freed: all of it for malloc's, p itself otherwise */
-    size_t span = how == CS_FREED_LIBC ? malloc_usable_size((void *)p) : 1;
     uint64_t hit[8];
-    size_t nh = cs_lc_consumed_in(cs_lc, p, p + (span ? span : 1), hit, 8);
+    size_t nh = cs_lc_consumed_in(cs_lc, p, p + span, hit, 8);
     for (size_t k = 0; k < nh; k++) {
         cs_event ev = {.kind = CS_EV_DATA_FREED, .obj = hit[k], .a = p, .aux = (uint16_t)how};
         cs_emit(&ev, 1, NULL, NULL); /* reported before the memory is reused */

@@ -4,14 +4,19 @@ DLManagedTensor (tests/fixtures/imgbuf.c: an image whose export does not
 keep it alive). The free is reported with the tensor's export and consume
 stacks; frees in the tensor's own deleter, and the fixed producer, are
 clean."""
+import pytest
+
 from conftest import (DEFAULT_EXITCODE, SCENARIOS, assert_finding_at, findings, kinds,
                       run_capsan, summarize)
 
 S = SCENARIOS / "dl_data_freed.py"
 
 
-def test_image_freed_under_the_consumer(tmp_path, anypy):
-    res = run_capsan(S, tmp_path, interpreter=anypy, args=["bug"])
+@pytest.mark.parametrize("layout", ["bug", "bug-header"])
+def test_image_freed_under_the_consumer(tmp_path, anypy, layout):
+    """The free of the pixels' block: the pixels alone, or a frame header
+    and then the pixels (the data starts inside the freed block)."""
+    res = run_capsan(S, tmp_path, interpreter=anypy, args=[layout])
     assert res.returncode == DEFAULT_EXITCODE and "done" in res.stdout, res.describe()
     f = assert_finding_at(res, "dlpack-data-freed", S, "image-dies", event="free")
     assert f["severity"] == "error"

@@ -4,7 +4,9 @@ array outlives the image: when the image dies, its pixels are freed while
 numpy still shows them (dlpack-data-freed). Natively nothing crashes; the
 numbers are whatever the allocator put there next.
 
-argv[1]: "bug" or "fixed" (keep=True: the tensor holds the image)."""
+argv[1]: "bug", "fixed" (keep=True: the tensor holds the image), or
+"bug-header" (the bug, with the pixels after a frame header in the block
+that is freed)."""
 import sys
 
 import numpy as np
@@ -12,7 +14,7 @@ import numpy as np
 import imgbuf
 
 keep = sys.argv[1] == "fixed"
-img = imgbuf.Image(4096, keep=keep)
+img = imgbuf.Image(4096, keep=keep, header=sys.argv[1] == "bug-header")
 arr = np.from_dlpack(img)  # <-- consume
 del img  # <-- image-dies
 junk = [bytes(16384) for _ in range(4)]  # the allocator reuses what it got back
