@@ -123,8 +123,12 @@ unsigned cs_emit(cs_event *ev, int want_stack, cs_event *origin, int *found)
         if (t->importing)
             ev->flags |= CS_EVF_IMPORT;
     }
-    else if (ev->stack)
-        cs_stack_ensure(ev->stack);
+    else {
+        if (ev->stack)
+            cs_stack_ensure(ev->stack);
+        if (want_stack && cs_stack_importing(gil)) /* stacks off: still module data */
+            ev->flags |= CS_EVF_IMPORT;
+    }
     cs_lc_lock(cs_lc, ev->obj);
     ev->time_ns = cs_now_ns();
     unsigned v = cs_lc_judge(cs_lc, ev, origin, found);

@@ -406,23 +406,49 @@ static int frame_lasti(const cs_pylayout *l, const char *f, const char *co)
     return (int)((AT(f, l->f_instr, const char *) - (co + l->co_code)) / 2);
 }
 
-/* gil == 0: this thread released the GIL inside C code; its own frame
- * chain cannot change meanwhile, but nothing may be interned */
-static int python_frames(cs_stack_cache *c, uint64_t *out, int max, int gil, int *importing)
+/* This thread's innermost frame that runs code, or NULL. gil == 0: the
+ * thread released the GIL inside C code; its own frame chain cannot
+ * change meanwhile. */
+static const char *top_frame(const cs_pylayout *l, int gil)
 {
-    const cs_pylayout *l = cs_py.layout;
-    if (!l || max <= 0)
-        return 0;
     const char *ts = gil ? cs_py.ThreadState_UncheckedGet()
                          : (cs_py.GILState_GetThisThreadState
                                 ? cs_py.GILState_GetThisThreadState() : NULL);
     if (ts && l->ts_cframe >= 0)
         ts = AT(ts, l->ts_cframe, const char *); /* the _PyCFrame */
-    if (!ts)
+    return ts ? code_frame(l, AT(ts, l->cur, const char *)) : NULL;
+}
+
+/* Does an import machinery frame lie at f or below it? Frames past the
+ * recorded depth (or all of them, with python_depth=0) still decide
+ * whether an allocation is module data: only the file name is read, in
+ * place, so nothing is interned. */
+static int import_below(const cs_pylayout *l, const char *f)
+{
+    for (int k = 0; f && k < 1024; k++, f = code_frame(l, AT(f, l->f_back, const char *))) {
+        const char *file = ascii_in_place(AT(AT(f, l->f_code, const char *), l->co_filename,
+                                             const void *));
+        if (file && file[0] == '<' && strncmp(file, "<frozen importlib", 17) == 0)
+            return 1;
+    }
+    return 0;
+}
+
+int cs_stack_importing(int gil)
+{
+    const cs_pylayout *l = cs_py.layout;
+    return cs_py.ok && l && (gil || cs_py_live()) && import_below(l, top_frame(l, gil));
+}
+
+/* gil == 0: nothing may be interned */
+static int python_frames(cs_stack_cache *c, uint64_t *out, int max, int gil, int *importing)
+{
+    const cs_pylayout *l = cs_py.layout;
+    if (!l || max <= 0)
         return 0;
     int n = 0;
-    for (const char *f = code_frame(l, AT(ts, l->cur, const char *)); f && n < max;
-         f = code_frame(l, AT(f, l->f_back, const char *))) {
+    const char *f = top_frame(l, gil);
+    for (; f && n < max; f = code_frame(l, AT(f, l->f_back, const char *))) {
         code_obj *co = AT(f, l->f_code, code_obj *);
         int lasti = frame_lasti(l, f, (const char *)co);
         unsigned slot = (unsigned)(((uintptr_t)co >> 4) ^ (unsigned)lasti * 2654435761u) % LSETS;
@@ -447,6 +473,8 @@ static int python_frames(cs_stack_cache *c, uint64_t *out, int max, int gil, int
             *importing = 1;
         out[n++] = CS_FRAME_PY_VALUE(id, line < 0 ? 0 : line, is_entry(l, f));
     }
+    if (f && !*importing)
+        *importing = import_below(l, f);
     return n;
 }
 
@@ -759,6 +787,8 @@ uint32_t cs_stack_capture(cs_thread *t, int gil, int python_only, unsigned site)
     int importing = 0, nnat = n, npy = 0;
     if (pd > 0 && (gil || cs_py_live()))
         n += npy = python_frames(t->cache, vals + n, pd, gil, &importing);
+    else
+        importing = cs_stack_importing(gil);
     t->importing = importing;
     if (n == 0)
         return 0;

@@ -15,10 +15,13 @@ void cs_stack_init(const void *self);
 void cs_stack_start(void);
 /* Capture this thread's stack now. With `python_only` and the GIL held,
  * no native frames (the Python line is what tells). Returns the leaf id
- * (0 when stacks are off), its records already in the trace. */
+ * (0 when stacks are off), its records already in the trace. `site`
+ * (< 32, the event kind) keys how deep the eval loop was last time on
+ * this thread, so unwinding can stop about there. */
 uint32_t cs_stack_capture(cs_thread *t, int gil, int python_only, unsigned site);
-/* `site` (< 32, the event kind) keys how deep the eval loop was last time
- * on this thread, so unwinding can stop about there. */
+/* Is this thread running an import (an importlib frame on its Python
+ * stack, at any depth)? What it allocates then is module data. */
+int cs_stack_importing(int gil);
 /* Make sure a stack id captured earlier is in the current trace file (a
  * forked child's new file starts without the parent's stacks). */
 void cs_stack_ensure(uint32_t id);
