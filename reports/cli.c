@@ -13,6 +13,7 @@
 
 #include "cli.h"
 #include "options.h"
+#include "seal.h"
 #include "suppress.h"
 
 #define EXIT_INTERNAL 125          /* run: capsan itself failed, as timeout(1) */
@@ -363,9 +364,13 @@ static int cmd_run(int argc, char **argv)
         int sig = WTERMSIG(status);
         char trace[PATH_MAX + 32];
         snprintf(trace, sizeof trace, "%s.%d", log_path, (int)pid);
-        if (access(trace, F_OK) == 0)
+        if (access(trace, F_OK) == 0) {
+            /* no handler saw it (SIGKILL): the trace gets the END that says so */
+            char why[600];
+            if (cs_trace_seal(trace, (long)pid, sig, why, sizeof why) < 0)
+                fprintf(stderr, "capsan: %s: cannot record how the process ended: %s\n", trace, why);
             fprintf(stderr, "capsan: %s killed by signal %d; trace: %s\n", cmd[0], sig, trace);
-        else /* a child that recorded nothing, or one whose file could not be made */
+        } else /* a child that recorded nothing, or one whose file could not be made */
             fprintf(stderr, "capsan: %s killed by signal %d; it left no trace (%s: %s)\n",
                     cmd[0], sig, trace, strerror(errno));
         rc = 128 + sig;
