@@ -74,7 +74,8 @@ with capsan.trace(check=False) as t:
     C.consume_leak(batch.__dlpack__())  # <-- scope-leak
     del batch
 with capsan.trace(check=False) as native:
-    C.consume_leak(P.good(8))  # <-- native-leak
+    for _ in range(3):
+        C.consume_leak(P.good(8))  # <-- native-leak
 with capsan.trace(check=False) as clean:
     batch = np.arange(8, dtype=np.float32)
     C.consume_good(batch.__dlpack__())
@@ -106,10 +107,14 @@ def test_api_scope_dlpack_leak(tmp_path, anypy):
     r = run_api(script, tmp_path, interpreter=anypy)
     assert r.returncode == 0 and "clean 0" in r.stdout, (r.stdout, r.stderr[-3000:])
     assert "ERROR: capsan" not in r.stderr, r.stderr[-3000:]
-    # a producer's malloc'd tensor: found unreferenced, a dlpack-leak
+    # three of a producer's malloc'd tensors: found unreferenced, dlpack-leaks.
+    # The scan is conservative: a tensor at the address of a freed object
+    # whose old pointer survives somewhere looks referenced (no finding),
+    # so some may be missed, never all (see test_endings.check_leaks)
     native = json.loads(r.stdout.split("NATIVE ", 1)[1].splitlines()[0])
-    assert [f["kind"] for f in native] == ["dlpack-leak"], native
-    assert ("api_scope.py", marker_line(script, "native-leak")) in consume_lines(native[0], "consume")
+    assert 1 <= len(native) <= 3 and {f["kind"] for f in native} == {"dlpack-leak"}, native
+    for f in native:
+        assert ("api_scope.py", marker_line(script, "native-leak")) in consume_lines(f, "consume")
     # numpy's export lives in the interpreter's small-object memory, where
     # a stale copy of its address (a freed object's that lived there
     # before) can make the conservative scan call it referenced: then the

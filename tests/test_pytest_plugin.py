@@ -5,6 +5,7 @@ capsan-0.1.dist-info (autoload) and through `-p capsan.pytest_plugin`, from
 the checkout build and from an installed tree. Each case runs pytest in a
 subprocess on a generated test file."""
 import json
+import re
 import subprocess
 import sys
 import textwrap
@@ -306,7 +307,8 @@ import dlproducer as P
 
 
 def test_tensor_leak():
-    C.consume_leak(P.good(8))  # <-- tensor-leak
+    for _ in range(3):
+        C.consume_leak(P.good(8))  # <-- tensor-leak
 
 
 def test_tensor_released():
@@ -328,8 +330,10 @@ def test_tensor_leak_fails_its_test(tmp_path):
     assert {k for k, v in got.items() if v.startswith("failed")} == {"test_tensor_leak"}, (
         f"{got}\n{cp.describe}")
     line = marker_line(path, "tensor-leak")
-    assert f"test_tensors.py::test_tensor_leak: dlpack-leak x1 at test_tensors.py:{line}" \
-        in cp.stdout, cp.describe
+    # three leaks; the conservative scan may take one for referenced (a
+    # stale pointer to an object that had its address), never all three
+    assert re.search(rf"test_tensors.py::test_tensor_leak: dlpack-leak x[123] at "
+                     rf"test_tensors.py:{line}\b", cp.stdout), cp.describe
     assert "DLManagedTensor" in cp.stdout and "was consumed but its deleter was never called" \
         in cp.stdout, cp.describe
     # API mode prints nothing live: no finding text outside the plugin's report
