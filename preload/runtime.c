@@ -126,7 +126,10 @@ unsigned cs_emit(cs_event *ev, int want_stack, cs_event *origin, int *found)
     else {
         if (ev->stack)
             cs_stack_ensure(ev->stack);
-        if (want_stack && cs_stack_importing(gil)) /* stacks off: still module data */
+        /* stacks off: a block made by an import is still module data (the
+         * flag matters for NumPy blocks only: it spares their exchanges
+         * the frame walk) */
+        if (want_stack && ev->kind == CS_EV_NP_ALLOC && cs_stack_importing(gil))
             ev->flags |= CS_EVF_IMPORT;
     }
     cs_lc_lock(cs_lc, ev->obj);
