@@ -305,3 +305,16 @@ const char *cs_finding_message(const cs_finding *f, char *buf, size_t n)
     }
     return buf;
 }
+
+const char *cs_where_text(unsigned region)
+{
+    switch (region) {
+    case CS_WHERE_DATA: return "a loaded object's static data";
+    case CS_WHERE_HEAP: return "the heap";
+    case CS_WHERE_STACK: return "the main thread's stack";
+    case CS_WHERE_ANON:
+        return "anonymous memory (the interpreter's object arenas, large malloc blocks, "
+               "threads' stacks)";
+    }
+    return NULL;
+}

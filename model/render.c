@@ -221,6 +221,15 @@ static void render_events(cs_out *o, const cs_finding *f, int from, const cs_sta
     for (int i = from; i < nev; i++) {
         const cs_event *ev = &f->events[i];
         const char *phrase = cs_event_phrase(f, i);
+        if ((ev->kind == CS_EV_REACHABLE || ev->kind == CS_EV_NP_REACHABLE) && ev->a) {
+            /* the scan's word: no thread, no stack; where it lies says
+             * whether it can be a real reference (an object's field) or
+             * a stale copy (freed memory, a block's unused tail) */
+            const char *where = cs_where_text(ev->aux);
+            cs_outf(o, "  still referenced at the end: its address is stored at 0x%llx%s%s\n",
+                    (unsigned long long)ev->a, where ? ", in " : "", where ? where : "");
+            continue;
+        }
         out_str(o, "  ");
         if (phrase) {
             out_str(o, phrase);

@@ -148,6 +148,16 @@ typedef struct cs_rec_end {
 
 /* One lifecycle event: the payload of CS_REC_EVENT and the input of
  * lifecycle.c. Field use per kind is listed beside each CS_EV_*. */
+/* The kind of memory a REACHABLE word lies in (0: not recorded) */
+enum cs_where {
+    CS_WHERE_UNKNOWN = 0,
+    CS_WHERE_DATA = 1,  /* a loaded object's writable data (.data, .bss, .got) */
+    CS_WHERE_HEAP = 2,  /* the brk heap: malloc's main arena */
+    CS_WHERE_STACK = 3, /* the main thread's stack */
+    CS_WHERE_ANON = 4,  /* an anonymous mapping: the interpreter's object arenas, large
+                         * or other threads' malloc blocks, other threads' stacks */
+};
+
 typedef struct cs_event {
     uint8_t kind;         /* CS_EV_* */
     uint8_t flags;        /* CS_EVF_* */
@@ -179,7 +189,7 @@ enum cs_event_kind {
                              * nothing (no free() or PyMem_Free() in the call):
                              * c=dl_tensor.data; stack: the delete's */
     CS_EV_REACHABLE = 13,   /* at _exit, a live tensor's address is stored in the
-                             * process's writable memory: a=where */
+                             * process's writable memory: a=where; aux: CS_WHERE_* */
     CS_EV_DEVICE = 10,      /* export of data from a device handler: obj=struct b=data c=handler; aux=device */
     /* NumPy data memory (issue 3); obj = the data pointer */
     CS_EV_NP_ALLOC = 16,    /* a=size b=handler capsule c=handler struct */
@@ -187,7 +197,8 @@ enum cs_event_kind {
     CS_EV_NP_HANDLER = 18,  /* handler seen: obj=handler struct a=capsule; extra=CS_BAD_* or 0 */
     CS_EV_NP_FOREIGN_FREE = 19, /* numpy free()d an OWNDATA array's data that no handler gave */
     CS_EV_NP_REACHABLE = 20, /* at exit, a live block's address is in a module's static
-                              * data (numpy's small-block cache): a=where, b=module base */
+                              * data (numpy's small-block cache): a=where, b=module base;
+                              * at _exit anywhere (b=0); aux: CS_WHERE_* */
     CS_EV_NP_WRAP = 21,     /* an extension made an array around the memory obj lies in
                              * (stack: where); a=array data, b=bytes spanned, c=lowest
                              * byte. Emitted just before the NP_FOREIGN_FREE of obj. */

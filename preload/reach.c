@@ -25,6 +25,7 @@ struct cs_reach {
     range *own;
     size_t nown, capown;
     int oom;
+    unsigned region;    /* CS_WHERE_* of the mapping being scanned */
     unsigned char *buf; /* one page at a time is copied here (PAGE bytes) */
 };
 
@@ -90,7 +91,7 @@ static void scan_words(cs_reach *r, uintptr_t a, uintptr_t b, uintptr_t at, cs_r
          * manager_ctx often points at the struct that holds it */
         if (i >= 0 && !r->seen[i] && (uint64_t)at - w >= SELF_SPAN) {
             r->seen[i] = 1;
-            cb(ud, w, (uint64_t)at, 0);
+            cb(ud, w, (uint64_t)at, 0, r->region);
         }
     }
 }
@@ -220,7 +221,7 @@ size_t cs_reach_run(cs_reach *r, cs_root_cb cb, void *ud)
     if (!maps || r->oom || !r->n) {
         /* cannot tell: everything counts as reachable, nothing as leaked */
         for (size_t i = 0; i < r->n; i++)
-            cb(ud, r->keys[i], 0, 0);
+            cb(ud, r->keys[i], 0, 0, CS_WHERE_UNKNOWN);
         hits = r->n;
         goto out;
     }
@@ -253,6 +254,10 @@ size_t cs_reach_run(cs_reach *r, cs_root_cb cb, void *ud)
                 if (hi - lo > in_file)
                     hi = lo + in_file;
             }
+            r->region = path[0] == '/' ? CS_WHERE_DATA
+                        : strcmp(path, "[heap]") == 0 ? CS_WHERE_HEAP
+                        : strcmp(path, "[stack]") == 0 ? CS_WHERE_STACK
+                        : CS_WHERE_ANON;
             if (hi > lo)
                 scan_region(r, &cur, lo, hi, cb, ud);
         }

@@ -26,7 +26,7 @@ static void scan_range(scan *s, uintptr_t base, const uint64_t *p, const uint64_
         long i = cs_key_index(s->keys, s->n, w);
         if (i >= 0 && !s->seen[i]) {
             s->seen[i] = 1;
-            s->cb(s->ud, w, (uint64_t)(uintptr_t)p, base);
+            s->cb(s->ud, w, (uint64_t)(uintptr_t)p, base, CS_WHERE_DATA);
         }
     }
 }

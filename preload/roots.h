@@ -14,9 +14,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "tracefmt.h"
+
 /* key: the block; where: the word that holds it; base: that object's load
- * address */
-typedef void (*cs_root_cb)(void *ud, uint64_t key, uint64_t where, uint64_t base);
+ * address (0 if none); region: CS_WHERE_* */
+typedef void (*cs_root_cb)(void *ud, uint64_t key, uint64_t where, uint64_t base,
+                           unsigned region);
 
 /* The index of w in the sorted keys, or -1. */
 static inline long cs_key_index(const uint64_t *keys, size_t n, uint64_t w)

@@ -277,18 +277,21 @@ static void json_report(void)
                 "the trace (capsan report --format json %s)\n", (int)getpid(), out, tp);
 }
 
-static void note_reachable(void *ud, uint64_t key, uint64_t where, uint64_t base)
+static void note_reachable(void *ud, uint64_t key, uint64_t where, uint64_t base,
+                           unsigned region)
 {
     (void)ud;
-    cs_event ev = {.kind = CS_EV_NP_REACHABLE, .obj = key, .a = where, .b = base};
+    cs_event ev = {.kind = CS_EV_NP_REACHABLE, .aux = (uint16_t)region, .obj = key, .a = where,
+                   .b = base};
     cs_emit(&ev, 0, NULL, NULL);
 }
 
 /* at _exit: a tensor or block whose address is stored somewhere */
-static void note_reachable_any(void *ud, uint64_t key, uint64_t where, uint64_t base)
+static void note_reachable_any(void *ud, uint64_t key, uint64_t where, uint64_t base,
+                               unsigned region)
 {
-    note_reachable(ud, key, where, base);
-    cs_event ev = {.kind = CS_EV_REACHABLE, .obj = key, .a = where};
+    note_reachable(ud, key, where, base, region);
+    cs_event ev = {.kind = CS_EV_REACHABLE, .aux = (uint16_t)region, .obj = key, .a = where};
     cs_emit(&ev, 0, NULL, NULL);
 }
 
@@ -318,10 +321,11 @@ typedef struct found_keys {
     unsigned char *found;
 } found_keys;
 
-static void note_found(void *ud, uint64_t key, uint64_t where, uint64_t base)
+static void note_found(void *ud, uint64_t key, uint64_t where, uint64_t base, unsigned region)
 {
     (void)where;
     (void)base;
+    (void)region;
     found_keys *f = ud;
     long i = cs_key_index(f->keys, f->n, key);
     if (i >= 0)

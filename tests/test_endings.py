@@ -2,6 +2,8 @@
 a process that ends with os._exit() -- every multiprocessing fork worker --
 is judged by reachability: what no word of the process's memory points to
 any more is a leak, the rest is live-at-exit (a warning, not an error)."""
+import re
+
 import pytest
 
 from conftest import (CURRENT, DEFAULT_EXITCODE, PYSHARED, SCENARIOS, STATIC_PY, assert_finding_at,
@@ -106,6 +108,10 @@ def test_os_exit_with_live_torch_tensors(tmp_path, anypy):
     assert_finding_at(res, "live-at-exit", QE, "live", innermost=False)
     assert res.report["processes"][0]["ended"] == "_exit"
     assert "Live at _exit:" in res.stderr and "ERROR" not in res.stderr, res.stderr[-3000:]
+    # each says where the word that keeps it is: a real reference of the
+    # interpreter's or torch's, in the heap or the object arenas
+    assert re.search(r"still referenced at the end: its address is stored at 0x[0-9a-f]+, in "
+                     r"(the heap|anonymous memory)", res.stderr), res.stderr[-3000:]
 
 
 def test_imports_then_os_exit_is_silent(tmp_path, interp):
