@@ -367,8 +367,11 @@ static int cmd_run(int argc, char **argv)
         if (access(trace, F_OK) == 0) {
             /* no handler saw it (SIGKILL): the trace gets the END that says so */
             char why[600];
-            if (cs_trace_seal(trace, (long)pid, sig, why, sizeof why) < 0)
+            int sealed = cs_trace_seal(trace, (long)pid, sig, why, sizeof why);
+            if (sealed < 0)
                 fprintf(stderr, "capsan: %s: cannot record how the process ended: %s\n", trace, why);
+            else if (sealed > 0) /* its report, as it would have printed at exit */
+                cs_report_text_one(trace, stderr);
             fprintf(stderr, "capsan: %s killed by signal %d; trace: %s\n", cmd[0], sig, trace);
         } else /* a child that recorded nothing, or one whose file could not be made */
             fprintf(stderr, "capsan: %s killed by signal %d; it left no trace (%s: %s)\n",

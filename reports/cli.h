@@ -2,6 +2,8 @@
 #ifndef CAPSAN_CLI_H
 #define CAPSAN_CLI_H
 
+#include <stdio.h>
+
 #define EXIT_USAGE 2
 
 extern const char cs_usage_text[];
@@ -12,5 +14,9 @@ void cs_usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2), n
 char *cs_flag_value(int argc, char **argv, int *i, const char *flag);
 
 int cs_cmd_report(int argc, char **argv);
+/* `capsan report --format text PATH`, written to out (capsan run prints a
+ * killed child's report on stderr: the child could not). Returns 1 if the
+ * trace was unreadable or damaged. */
+int cs_report_text_one(const char *path, FILE *out);
 
 #endif

@@ -608,6 +608,22 @@ static void file_write(void *ud, const char *s, size_t n)
     fwrite(s, 1, n, (FILE *)ud);
 }
 
+int cs_report_text_one(const char *path, FILE *out)
+{
+    entry e = {.path = path, .parent = -1};
+    read_header(&e);
+    cs_out o = {.write = file_write, .ud = out};
+    report_ctx c = {.format = FMT_TEXT, .max_flag = -1, .out = &o};
+    int rc = report_one(&e, NULL, &c, NULL);
+    fflush(out);
+    for (size_t i = 0; i < c.lcap; i++)
+        free(c.lines[i]);
+    free(c.lines);
+    cs_lg_free(&c.groups);
+    free(e.line);
+    return rc;
+}
+
 /* A trace named twice (a shell glob and an explicit path, a symlink) is
  * reported once: its process would otherwise appear twice in the tree. */
 static size_t drop_repeats(entry *ents, size_t n)
