@@ -64,6 +64,18 @@ def ratios(times, name, base):
     return w, c, w / bw, c / bc
 
 
+def noise_note(plain):
+    """The spread of the plain runs' wall times: this VM has phases in
+    which the same loop takes up to 1.6x longer, and a ratio measured in
+    one says more about the phase than about capsan."""
+    walls = [t[0] for t in plain]
+    spread = max(walls) / min(walls)
+    if spread > 1.15:
+        print(f"  note: the plain runs varied by {100 * (spread - 1):.0f}% "
+              f"({min(walls):.3f}..{max(walls):.3f}s): a noisy phase, the ratios above are "
+              f"unreliable; run again (BENCH_REPEAT raises the runs)")
+
+
 def measure(label, argv, configs, inner=False):
     tmp = tempfile.mkdtemp(prefix="capsan-bench-")
     times = {name: [] for name, _ in configs}
@@ -86,6 +98,7 @@ def measure(label, argv, configs, inner=False):
         print(f"  {name:32s} {w:.3f}s wall  ratio {rw:.2f}x | {c:.3f}s CPU  ratio {rc:.2f}x")
         for note in sorted(notes[name]):
             print(f"    (findings in this configuration: {note})")
+    noise_note(times["plain"])
     subprocess.run(["rm", "-rf", tmp])
     return ratio
 
@@ -242,6 +255,7 @@ def numpy_alloc():
         w, c, rw, rc = ratios(times, name, "plain")
         ratio[name] = rc
         print(f"  {name:32s} {w:.3f}s wall  ratio {rw:.2f}x | {c:.3f}s CPU  ratio {rc:.2f}x")
+    noise_note(times["plain"])
     tm1 = ratio["python3 -X tracemalloc=1"]
     cs = ratio["capsan, native+python stacks"]
     verdict = "met" if cs <= tm1 / 2 else "NOT met"
