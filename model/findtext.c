@@ -318,3 +318,14 @@ const char *cs_where_text(unsigned region)
     }
     return NULL;
 }
+
+const char *cs_where_name(unsigned region)
+{
+    switch (region) {
+    case CS_WHERE_DATA: return "data";
+    case CS_WHERE_HEAP: return "heap";
+    case CS_WHERE_STACK: return "stack";
+    case CS_WHERE_ANON: return "anonymous";
+    }
+    return NULL;
+}

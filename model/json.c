@@ -192,8 +192,18 @@ static void json_event(cs_out *o, const cs_proc_info *p, const cs_event *ev, con
     str_or_empty(o, cs_event_name(ev));
     cs_outf(o, ", \"phrase\": ");
     str_or_empty(o, phrase);
-    cs_outf(o, ", \"thread\": %u, \"time_ns\": %llu, \"flags\": %u, \"stack\": [",
-            ev->thread, (unsigned long long)t, ev->flags);
+    cs_outf(o, ", \"thread\": %u, \"time_ns\": %llu, \"flags\": %u,", ev->thread,
+            (unsigned long long)t, ev->flags);
+    /* the word the reachability scan found, and what memory holds it */
+    if ((ev->kind == CS_EV_REACHABLE || ev->kind == CS_EV_NP_REACHABLE) && ev->a) {
+        cs_outf(o, " \"stored_at\": \"0x%llx\", \"memory\": ", (unsigned long long)ev->a);
+        const char *name = cs_where_name(ev->aux);
+        if (name)
+            cs_outf(o, "\"%s\",", name);
+        else
+            cs_outf(o, "null,");
+    }
+    cs_outf(o, " \"stack\": [");
     cs_frame_info frames[JSON_MAX_FRAMES];
     int n = src ? cs_stack_frames(src, ev->stack, frames, JSON_MAX_FRAMES) : 0;
     for (int k = 0; k < n; k++) {

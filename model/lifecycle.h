@@ -68,8 +68,10 @@ const char *cs_event_name(const cs_event *ev);
 /* A phrase for text reports: "exported at", "deleted again at", ... */
 const char *cs_event_phrase(const cs_finding *f, int index);
 /* The kind of memory a REACHABLE event's word lies in (CS_WHERE_*), in
- * words; NULL when not recorded. */
+ * words, and as JSON names it ("data", "heap", "stack", "anonymous");
+ * NULL when not recorded. */
 const char *cs_where_text(unsigned region);
+const char *cs_where_name(unsigned region);
 
 typedef void (*cs_finding_cb)(void *ud, const cs_finding *f);
 

@@ -112,6 +112,10 @@ def test_os_exit_with_live_torch_tensors(tmp_path, anypy):
     # interpreter's or torch's, in the heap or the object arenas
     assert re.search(r"still referenced at the end: its address is stored at 0x[0-9a-f]+, in "
                      r"(the heap|anonymous memory)", res.stderr), res.stderr[-3000:]
+    for f in live:
+        [ev] = [e for e in f["events"] if e["event"] == "reachable"]
+        assert re.fullmatch(r"0x[0-9a-f]+", ev["stored_at"]), ev
+        assert ev["memory"] in ("heap", "anonymous", "data"), ev
 
 
 def test_imports_then_os_exit_is_silent(tmp_path, interp):
