@@ -306,26 +306,23 @@ const char *cs_finding_message(const cs_finding *f, char *buf, size_t n)
     return buf;
 }
 
+/* CS_WHERE_* in words, and as JSON names it */
+static const struct {
+    const char *name, *text;
+} wheres[] = {
+    [CS_WHERE_DATA] = {"data", "a loaded object's static data"},
+    [CS_WHERE_HEAP] = {"heap", "the heap"},
+    [CS_WHERE_STACK] = {"stack", "the main thread's stack"},
+    [CS_WHERE_ANON] = {"anonymous", "anonymous memory (the interpreter's object arenas, large "
+                                    "malloc blocks, threads' stacks)"},
+};
+
 const char *cs_where_text(unsigned region)
 {
-    switch (region) {
-    case CS_WHERE_DATA: return "a loaded object's static data";
-    case CS_WHERE_HEAP: return "the heap";
-    case CS_WHERE_STACK: return "the main thread's stack";
-    case CS_WHERE_ANON:
-        return "anonymous memory (the interpreter's object arenas, large malloc blocks, "
-               "threads' stacks)";
-    }
-    return NULL;
+    return region < sizeof wheres / sizeof wheres[0] ? wheres[region].text : NULL;
 }
 
 const char *cs_where_name(unsigned region)
 {
-    switch (region) {
-    case CS_WHERE_DATA: return "data";
-    case CS_WHERE_HEAP: return "heap";
-    case CS_WHERE_STACK: return "stack";
-    case CS_WHERE_ANON: return "anonymous";
-    }
-    return NULL;
+    return region < sizeof wheres / sizeof wheres[0] ? wheres[region].name : NULL;
 }

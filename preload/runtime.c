@@ -118,20 +118,16 @@ unsigned cs_emit(cs_event *ev, int want_stack, cs_event *origin, int *found)
         ev->flags |= CS_EVF_GIL;
     if (!live)
         ev->flags |= CS_EVF_NO_PYTHON;
-    if (want_stack && (cs_opt.native_depth > 0 || cs_opt.python_depth > 0)) {
+    t->importing = t->py_walked = 0;
+    if (want_stack && (cs_opt.native_depth > 0 || cs_opt.python_depth > 0))
         ev->stack = cs_stack_capture(t, gil, want_stack == CS_STACK_PYTHON, ev->kind);
-        if (t->importing)
-            ev->flags |= CS_EVF_IMPORT;
-    }
-    else {
-        if (ev->stack)
-            cs_stack_ensure(ev->stack);
-        /* stacks off: a block made by an import is still module data (the
-         * flag matters for NumPy blocks only: it spares their exchanges
-         * the frame walk) */
-        if (want_stack && ev->kind == CS_EV_NP_ALLOC && cs_stack_importing(gil))
-            ev->flags |= CS_EVF_IMPORT;
-    }
+    else if (ev->stack)
+        cs_stack_ensure(ev->stack);
+    /* a NumPy block made by an import is module data; the frames the stack
+     * did not record (all of them with Python stacks off) may show one.
+     * The flag matters for NumPy blocks only: no other event walks them */
+    if (t->importing || (want_stack && ev->kind == CS_EV_NP_ALLOC && cs_stack_importing(t, gil)))
+        ev->flags |= CS_EVF_IMPORT;
     cs_lc_lock(cs_lc, ev->obj);
     ev->time_ns = cs_now_ns();
     unsigned v = cs_lc_judge(cs_lc, ev, origin, found);

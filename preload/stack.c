@@ -419,10 +419,8 @@ static const char *top_frame(const cs_pylayout *l, int gil)
     return ts ? code_frame(l, AT(ts, l->cur, const char *)) : NULL;
 }
 
-/* Does an import machinery frame lie at f or below it? Frames past the
- * recorded depth (or all of them, with python_depth=0) still decide
- * whether an allocation is module data: only the file name is read, in
- * place, so nothing is interned. */
+/* Does an import machinery frame lie at f or below it? Only the file name
+ * is read, in place, so nothing is interned. */
 static int import_below(const cs_pylayout *l, const char *f)
 {
     for (int k = 0; f && k < 1024; k++, f = code_frame(l, AT(f, l->f_back, const char *))) {
@@ -434,14 +432,17 @@ static int import_below(const cs_pylayout *l, const char *f)
     return 0;
 }
 
-int cs_stack_importing(int gil)
+int cs_stack_importing(cs_thread *t, int gil)
 {
     const cs_pylayout *l = cs_py.layout;
-    return cs_py.ok && l && (gil || cs_py_live()) && import_below(l, top_frame(l, gil));
+    if (!cs_py.ok || !l || !(gil || cs_py_live()))
+        return 0;
+    return import_below(l, t->py_walked ? t->py_rest : top_frame(l, gil));
 }
 
-/* gil == 0: nothing may be interned */
-static int python_frames(cs_stack_cache *c, uint64_t *out, int max, int gil, int *importing)
+/* gil == 0: nothing may be interned. *rest: the first frame not recorded. */
+static int python_frames(cs_stack_cache *c, uint64_t *out, int max, int gil, int *importing,
+                         const char **rest)
 {
     const cs_pylayout *l = cs_py.layout;
     if (!l || max <= 0)
@@ -473,8 +474,7 @@ static int python_frames(cs_stack_cache *c, uint64_t *out, int max, int gil, int
             *importing = 1;
         out[n++] = CS_FRAME_PY_VALUE(id, line < 0 ? 0 : line, is_entry(l, f));
     }
-    if (f && !*importing)
-        *importing = import_below(l, f);
+    *rest = f;
     return n;
 }
 
@@ -785,10 +785,10 @@ uint32_t cs_stack_capture(cs_thread *t, int gil, int python_only, unsigned site)
                 vals[n++] = (uint64_t)(uintptr_t)ips[i] & ~CS_FRAME_PY;
     }
     int importing = 0, nnat = n, npy = 0;
-    if (pd > 0 && (gil || cs_py_live()))
-        n += npy = python_frames(t->cache, vals + n, pd, gil, &importing);
-    else
-        importing = cs_stack_importing(gil);
+    if (pd > 0 && (gil || cs_py_live())) {
+        n += npy = python_frames(t->cache, vals + n, pd, gil, &importing, &t->py_rest);
+        t->py_walked = 1;
+    }
     t->importing = importing;
     if (n == 0)
         return 0;

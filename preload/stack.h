@@ -19,9 +19,11 @@ void cs_stack_start(void);
  * (< 32, the event kind) keys how deep the eval loop was last time on
  * this thread, so unwinding can stop about there. */
 uint32_t cs_stack_capture(cs_thread *t, int gil, int python_only, unsigned site);
-/* Is this thread running an import (an importlib frame on its Python
- * stack, at any depth)? What it allocates then is module data. */
-int cs_stack_importing(int gil);
+/* Is this thread running an import: an importlib frame below the Python
+ * frames its last capture recorded (all of them if it recorded none)?
+ * What it allocates then is module data, also when the import lies
+ * deeper than python_depth, or python_depth is 0. */
+int cs_stack_importing(cs_thread *t, int gil);
 /* Make sure a stack id captured earlier is in the current trace file (a
  * forked child's new file starts without the parent's stacks). */
 void cs_stack_ensure(uint32_t id);

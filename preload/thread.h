@@ -19,6 +19,9 @@ typedef struct cs_thread {
     void *predicted_fn;     /* the deleter that call is forwarded to */
     struct cs_stack_cache *cache;
     int importing;          /* the last captured stack ran inside an import */
+    const char *py_rest;    /* the first Python frame it did not record (NULL:
+                             * none left); valid during its event only */
+    int py_walked;          /* py_rest was set by that capture */
 } cs_thread;
 
 extern __thread cs_thread *cs_thread_tls __attribute__((tls_model("initial-exec")));

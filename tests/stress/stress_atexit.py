@@ -20,7 +20,6 @@ and leak exactly LEAKS (`# <-- leak`): the only true findings.
 argv: ITER LEAKS LOG
 """
 import sys
-import threading
 
 import numpy as np
 import torch
@@ -63,13 +62,8 @@ def worker(k):
         errors.append(repr(e))
 
 
-ths = [threading.Thread(target=worker, args=(k,)) for k in range(THREADS)]
-for th in ths:
-    th.start()
-for th in ths:
-    th.join()
-for _ in range(turns.rest("leak")):
-    leak()
+stress_common.run_threads((worker, (k,)) for k in range(THREADS))
+turns.finish(leak=leak)
 assert not errors, errors[:5]
 at, dt = S.held()
 print(f"held atexit {at} dtor {dt}", flush=True)

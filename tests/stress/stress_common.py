@@ -11,8 +11,11 @@ both sides for the time left. faulthandler's watchdog thread does not
 survive a fork, and a child that then exits normally waits for it
 forever (faulthandler_unload joins it).
 
+run_threads(): start threads on (target, args) pairs, then join them all.
+
 Turns: exactly N turns at a true bug, taken by whichever thread asks
-first; what the threads leave is taken at the end (rest()).
+first; what the threads leave is taken at the end (rest(), or finish()
+with the function that commits each bug).
 """
 import faulthandler
 import os
@@ -43,6 +46,14 @@ def fork():
     return pid
 
 
+def run_threads(jobs):
+    ths = [threading.Thread(target=target, args=args) for target, args in jobs]
+    for th in ths:
+        th.start()
+    for th in ths:
+        th.join()
+
+
 class Turns:
     def __init__(self, **counts):
         self._left = dict(counts)
@@ -59,3 +70,9 @@ class Turns:
         with self._lock:
             n, self._left[what] = self._left[what], 0
         return n
+
+    def finish(self, **bugs):
+        """Commit the turns the threads did not take (a tiny ITER)."""
+        for what, commit in bugs.items():
+            for _ in range(self.rest(what)):
+                commit()

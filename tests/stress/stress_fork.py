@@ -86,11 +86,7 @@ def child_threads():
         except Exception as e:  # noqa: BLE001
             cerr.append(repr(e))
 
-    ths = [threading.Thread(target=run, args=(k,)) for k in range(2)]
-    for th in ths:
-        th.start()
-    for th in ths:
-        th.join()
+    stress_common.run_threads((run, (k,)) for k in range(2))
     return cerr + errors
 
 

@@ -22,7 +22,6 @@ argv: ITERATIONS (per thread) LEAKS BAD
 """
 import gc
 import sys
-import threading
 
 import numpy as np
 import torch
@@ -124,15 +123,8 @@ def worker(k):
         errors.append(repr(e))
 
 
-ths = [threading.Thread(target=worker, args=(k,)) for k in range(THREADS)]
-for th in ths:
-    th.start()
-for th in ths:
-    th.join()
-for _ in range(turns.rest("leak")):  # turns the threads did not get (a tiny ITER)
-    leak()
-for _ in range(turns.rest("bad")):
-    bad_rename()
+stress_common.run_threads((worker, (k,)) for k in range(THREADS))
+turns.finish(leak=leak, bad=bad_rename)
 gc.collect()
 pages, tensors = S.live()
 assert not errors, errors[:5]

@@ -149,18 +149,9 @@ def switcher(rounds):
         errors.append(repr(e))
 
 
-ths = [threading.Thread(target=worker, args=(k,)) for k in range(WORKERS)]
-ths.append(threading.Thread(target=switcher, args=(max(ITER // 2, 1),)))
-for th in ths:
-    th.start()
-for th in ths:
-    th.join()
-for _ in range(turns.rest("leak")):  # turns the threads did not get (a tiny ITER)
-    leak()
-for _ in range(turns.rest("npleak")):
-    npleak()
-for _ in range(turns.rest("reconsume")):
-    reconsume()
+stress_common.run_threads([(worker, (k,)) for k in range(WORKERS)] +
+                          [(switcher, (max(ITER // 2, 1),))])
+turns.finish(leak=leak, npleak=npleak, reconsume=reconsume)
 while not shared.empty():
     shared.get_nowait()
 gc.collect()
