@@ -36,10 +36,25 @@ int cs_kind_from_name(const char *name)
     return CS_KIND_NONE;
 }
 
+/* the exchange API's births: which entry made the tensor (CS_DLV_X*) */
+static const char *xbirth_name(unsigned aux)
+{
+    return (aux & CS_DLV_XFROM)    ? "exchange-from-py"
+         : (aux & CS_DLV_XALLOC) ? "exchange-alloc"
+         : (aux & CS_DLV_XTO)    ? "exchange-to-py"
+         : (aux & CS_DLV_XVIEW)  ? "exchange-view"
+                                 : NULL;
+}
+
 const char *cs_event_name(const cs_event *ev)
 {
     switch (ev->kind) {
-    case CS_EV_EXPORT: return "export";
+    case CS_EV_EXPORT: {
+        const char *x = xbirth_name(ev->aux);
+        return x ? x : "export";
+    }
+    case CS_EV_XHANDOVER: return "exchange-to-py";
+    case CS_EV_XCHECK: return "exchange-call";
     case CS_EV_OWN: return "own";
     case CS_EV_CONSUME: return "consume";
     case CS_EV_GETPTR_USED:
@@ -47,7 +62,7 @@ const char *cs_event_name(const cs_event *ev)
     case CS_EV_NO_GIL: return "call";
     case CS_EV_DEVICE: return "alloc";
     case CS_EV_DATA_FREED: return "free";
-    case CS_EV_DELETE: return "delete";
+    case CS_EV_DELETE: return ev->aux == CS_DELETE_VIEW_END ? "view-end" : "delete";
     case CS_EV_DROPPED: return "dropped";
     case CS_EV_DESTROY: return "destroy";
     case CS_EV_BAD_TENSOR: return "check";
@@ -70,7 +85,20 @@ const char *cs_event_phrase(const cs_finding *f, int i)
         if (f->events[j].kind == ev->kind)
             earlier++;
     switch (ev->kind) {
-    case CS_EV_EXPORT: return earlier ? "exported again at" : "exported at";
+    case CS_EV_EXPORT:
+        if (ev->aux & CS_DLV_XFROM)
+            return "taken from its Python object (managed_tensor_from_py_object_no_sync) at";
+        if (ev->aux & CS_DLV_XALLOC)
+            return "allocated through the exchange table (managed_tensor_allocator) at";
+        if (ev->aux & CS_DLV_XTO)
+            return (ev->aux & CS_DLV_HANDED)
+                       ? "handed to managed_tensor_to_py_object_no_sync at"
+                       : "given to managed_tensor_to_py_object_no_sync, which failed, at";
+        if (ev->aux & CS_DLV_XVIEW)
+            return "viewed without ownership (dltensor_from_py_object_no_sync) at";
+        return earlier ? "exported again at" : "exported at";
+    case CS_EV_XHANDOVER: return "handed to managed_tensor_to_py_object_no_sync at";
+    case CS_EV_XCHECK: return "exchange-API call at";
     case CS_EV_OWN: return "wrapped in numpy's numpy_dltensor capsule at";
     case CS_EV_CONSUME: return earlier ? "consumed again at" : "consumed at";
     case CS_EV_GETPTR_USED: return "pointer taken from the consumed capsule at";
@@ -81,6 +109,8 @@ const char *cs_event_phrase(const cs_finding *f, int i)
     case CS_EV_DELETE:
         if (ev->aux == CS_DELETE_NULL_CALL)
             return "NULL deleter called at";
+        if (ev->aux == CS_DELETE_VIEW_END)
+            return "the view's caller had returned by";
         if (ev->flags & CS_EVF_SKIPPED)
             return "deleter call skipped (protect=1) at";
         /* by the exporting capsule's destructor (the export event names
@@ -123,6 +153,12 @@ const char *cs_finding_object_type(const cs_finding *f)
     case CS_KIND_NUMPY_HANDLER_NO_GIL: return "numpy data";
     case CS_KIND_CAPSULE_NO_GIL:
     case CS_KIND_DLPACK_DELETER_NO_GIL: return "call site";
+    case CS_KIND_DLPACK_BAD_EXCHANGE_TABLE: return "DLPackExchangeAPI";
+    case CS_KIND_DLPACK_STALE_VIEW: return "DLTensor";
+    case CS_KIND_DLPACK_EXCHANGE_CONTRACT:
+        if (f->nevents && f->events[0].kind == CS_EV_XCHECK)
+            return "DLPackExchangeAPI call";
+        break;
     }
     for (int i = 0; i < f->nevents; i++)
         if (f->events[i].kind == CS_EV_EXPORT)
@@ -160,6 +196,73 @@ static const char *bad_text(uint32_t d)
     return "malformed";
 }
 
+static const char *xentry_name(unsigned e)
+{
+    switch (e) {
+    case CS_XE_ALLOC: return "managed_tensor_allocator";
+    case CS_XE_FROM_PY: return "managed_tensor_from_py_object_no_sync";
+    case CS_XE_TO_PY: return "managed_tensor_to_py_object_no_sync";
+    case CS_XE_VIEW: return "dltensor_from_py_object_no_sync";
+    case CS_XE_STREAM: return "current_work_stream";
+    }
+    return "the table";
+}
+
+/* An XCHECK finding's words (detail: CS_XC_*; value: the entry in the low
+ * byte, the rule's number beside it in the high bytes), into tmp */
+static const char *xcheck_text(uint32_t d, uint64_t value, uint64_t obj, char *tmp, size_t n)
+{
+    const char *e = xentry_name((unsigned)(value & 0xff));
+    unsigned long long v = (unsigned long long)(value >> 8);
+    unsigned long long p = (unsigned long long)obj;
+    switch (d) {
+    case CS_XC_RC_NO_ERROR:
+        snprintf(tmp, n, "%s returned %lld (failure) without setting a Python exception (R51): "
+                 "its caller raises SystemError or loses the error", e, (long long)(int)v);
+        break;
+    case CS_XC_OK_WITH_ERROR:
+        snprintf(tmp, n, "%s returned 0 (success) with a Python exception set (R51): the "
+                 "exception surfaces later, at an unrelated line", e);
+        break;
+    case CS_XC_NO_GIL:
+        snprintf(tmp, n, "%s was called without the GIL (R56): its Python-facing entries build "
+                 "and read Python objects and must be called with the GIL held", e);
+        break;
+    case CS_XC_SETERROR:
+        snprintf(tmp, n, "managed_tensor_allocator %s but called SetError %llu time(s) (R54): "
+                 "SetError must be called exactly once when, and only when, it fails",
+                 ((v >> 32) & 1) ? "failed" : "succeeded", v & 0xffffffffull);
+        break;
+    case CS_XC_TO_PY_RELEASED:
+        snprintf(tmp, n, "managed_tensor_to_py_object_no_sync ran the deleter of tensor 0x%llx "
+                 "and then failed (R52): on failure the caller still owns the tensor and will "
+                 "delete it again", p);
+        break;
+    case CS_XC_NULL_OUT:
+        snprintf(tmp, n, "%s returned 0 (success) but gave no tensor (R51)", e);
+        break;
+    case CS_XT_VERSION:
+        snprintf(tmp, n, "exchange table 0x%llx has version.major %llu, not 1 (R50): capsan does "
+                 "not follow its calls", p, v);
+        break;
+    case CS_XT_NULL_ENTRY:
+        snprintf(tmp, n, "exchange table 0x%llx has a NULL %s (R50): only "
+                 "dltensor_from_py_object_no_sync may be NULL", p, e);
+        break;
+    case CS_XT_NOT_STATIC:
+        snprintf(tmp, n, "exchange table 0x%llx lies in no loaded object (heap or stack memory, "
+                 "R50): consumers cache it per type, so it must live as long as the process", p);
+        break;
+    case CS_XT_PREV:
+        snprintf(tmp, n, "exchange table 0x%llx: prev_api 0x%llx does not point to a table of "
+                 "an older version (R50)", p, v);
+        break;
+    default:
+        snprintf(tmp, n, "exchange-API contract broken (code %u)", d);
+    }
+    return tmp;
+}
+
 const char *cs_finding_message(const cs_finding *f, char *buf, size_t n)
 {
     const char *t = cs_finding_object_type(f);
@@ -193,6 +296,20 @@ const char *cs_finding_message(const cs_finding *f, char *buf, size_t n)
                  f->detail == CS_ST_RELEASED ? "released" : "consumed");
         break;
     case CS_KIND_DLPACK_LEAK:
+        if (f->nevents && f->events[0].kind == CS_EV_EXPORT && (f->events[0].aux & CS_DLV_X) &&
+            f->detail != CS_LEAK_KILLED) {
+            unsigned x = f->events[0].aux;
+            snprintf(buf, n, "%s 0x%llx (%llu bytes) %s and its deleter was never called", t, p,
+                     (unsigned long long)f->bytes,
+                     (x & CS_DLV_XFROM)    ? "was taken with managed_tensor_from_py_object_no_sync "
+                                             "(an owning tensor: the caller must delete it)"
+                     : (x & CS_DLV_XALLOC) ? "was allocated with managed_tensor_allocator (an "
+                                             "owning tensor: the caller must delete it)"
+                     : (x & CS_DLV_HANDED) ? "was handed to managed_tensor_to_py_object_no_sync"
+                                           : "was given to managed_tensor_to_py_object_no_sync, "
+                                             "which failed: its caller still owns it,");
+            break;
+        }
         switch (f->detail) {
         case CS_LEAK_CONSUMED:
             snprintf(buf, n, "%s 0x%llx (%llu bytes) was consumed but its deleter was never "
@@ -236,6 +353,18 @@ const char *cs_finding_message(const cs_finding *f, char *buf, size_t n)
                  "its consumer still holds the tensor: the consumer now reads freed memory",
                  t, p, f->detail == CS_FREED_PYMEM ? "PyMem_Free" : "free",
                  (unsigned long long)f->value);
+        break;
+    case CS_KIND_DLPACK_STALE_VIEW:
+        snprintf(buf, n, "the memory the non-owning view 0x%llx (dltensor_from_py_object_no_sync) "
+                 "points into was freed (%s 0x%llx) while its caller still uses the view: the view "
+                 "is valid only while its Python object lives and the call lasts", p,
+                 f->detail == CS_FREED_PYMEM ? "PyMem_Free" : "free", (unsigned long long)f->value);
+        break;
+    case CS_KIND_DLPACK_EXCHANGE_CONTRACT:
+        xcheck_text(f->detail, f->value, f->obj, buf, n);
+        break;
+    case CS_KIND_DLPACK_BAD_EXCHANGE_TABLE:
+        xcheck_text(f->detail, f->value, f->obj, buf, n);
         break;
     case CS_KIND_DLPACK_NULL_DELETER:
         snprintf(buf, n, "a consumer called the NULL deleter of %s 0x%llx: a producer may "

@@ -27,7 +27,7 @@ static void not_renamed(cs_lifecycle *lc, stripe *st, obj *o, const cs_event *ev
 
 static int ever_consumed(const obj *o)
 {
-    if (o->flags & OF_CAPSULE_USED)
+    if (o->flags & (OF_CAPSULE_USED | OF_XAPI))
         return 1;
     for (unsigned i = 0; i < o->nhist; i++)
         if (o->hist[i].kind == CS_EV_CONSUME)
@@ -35,12 +35,88 @@ static int ever_consumed(const obj *o)
     return 0;
 }
 
+/* ---- DLPack 1.3's exchange API (R50-R56): tensors without a capsule ---- */
+
+/* A birth through the exchange table. from_py and the allocator hand the
+ * caller an owning tensor, and a view is the caller's while its call
+ * lasts: consumed from birth, data watched (R51, R53, R54). A struct the
+ * caller gave to_py is consumed by to_py's library when it was taken
+ * (HANDED), else its caller still owns it (R52). No capsule follows. */
+static void exchange_birth(stripe *st, obj *o, const cs_event *ev, judge *j)
+{
+    if (o && o->state != CS_ST_RELEASED)
+        ot_count(st, o, -1); /* a live struct born again: the old one went unseen */
+    if (!o && !(o = ot_insert(st, ev->obj, CS_NS_DLPACK)))
+        return;
+    ot_reset(st, o);
+    o->bytes = ev->c;
+    o->flags |= OF_XAPI | OF_CAPSULE_DEAD | OF_VERSIONED;
+    if (ev->aux & CS_DLV_XVIEW)
+        o->flags |= OF_VIEW;
+    if (ev->flags & CS_EVF_NULL_DELETER)
+        o->flags |= OF_NULL_DELETER;
+    ot_count(st, o, 1);
+    ot_hist_add(st, o, ev, j);
+    if ((ev->aux & CS_DLV_XTO) && !(ev->aux & CS_DLV_HANDED))
+        return; /* to_py failed: its caller's, to delete */
+    o->state = CS_ST_CONSUMED;
+    o->data = ev->a;
+    if (o->data && cs_lc_data_watch)
+        cs_lc_data_watch(o->data, o->bytes, 1);
+    if (o->slot && cs_lc_live_consumed)
+        cs_lc_live_consumed(o->slot, ev->stack);
+}
+
+/* A live tensor handed to to_py, which took it: its owner is now to_py's
+ * library (R52). A released one handed over is used after its release. */
+static void exchange_handover(cs_lifecycle *lc, stripe *st, obj *o, const cs_event *ev, judge *j)
+{
+    if (!o)
+        return; /* made before capsan started */
+    if (o->state == CS_ST_RELEASED) {
+        ot_report(lc, j, CS_KIND_DLPACK_RECONSUME, o, ev, o->state, 0);
+        ot_hist_add(st, o, ev, j);
+        return;
+    }
+    o->state = CS_ST_CONSUMED;
+    ot_hist_add(st, o, ev, j);
+}
+
+/* A broken calling contract (R51, R52, R54-R56) or a bad table (R50). The
+ * finding's value: the entry in the low byte, the evidence above it. */
+static void exchange_check(cs_lifecycle *lc, stripe *st, obj *o, const cs_event *ev, judge *j)
+{
+    int table = ev->aux >= CS_XC_TABLE_FIRST;
+    uint64_t value = (ev->b << 8) | (ev->extra & 0xff);
+    int kind = table ? CS_KIND_DLPACK_BAD_EXCHANGE_TABLE : CS_KIND_DLPACK_EXCHANGE_CONTRACT;
+    if (!table && o && o->nhist && ev->aux == CS_XC_TO_PY_RELEASED) {
+        /* about the tensor to_py released: its history says so */
+        ot_report(lc, j, kind, o, ev, ev->aux, value);
+        ot_hist_add(st, o, ev, j);
+        return;
+    }
+    obj tmp = {.key = ev->obj};
+    ot_report(lc, j, kind, &tmp, ev, ev->aux, value);
+}
+
 static unsigned dlpack_event(cs_lifecycle *lc, stripe *st, obj *o, const cs_event *ev, judge *j)
 {
     unsigned verdict = 0;
 
     switch (ev->kind) {
+    case CS_EV_XHANDOVER:
+        exchange_handover(lc, st, o, ev, j);
+        return 0;
+
+    case CS_EV_XCHECK:
+        exchange_check(lc, st, o, ev, j);
+        return 0;
+
     case CS_EV_EXPORT:
+        if (ev->aux & CS_DLV_X) {
+            exchange_birth(st, o, ev, j);
+            return 0;
+        }
         if (o && (o->state == CS_ST_CREATED || o->state == CS_ST_CONSUMED) &&
             (o->flags & OF_NULL_DELETER) && (ev->flags & CS_EVF_NULL_DELETER)) {
             /* a static struct without a deleter, lent again: each export
@@ -140,6 +216,14 @@ static unsigned dlpack_event(cs_lifecycle *lc, stripe *st, obj *o, const cs_even
     case CS_EV_DELETE: {
         if (!o)
             return 0;
+        if (ev->aux == CS_DELETE_VIEW_END) {
+            /* a view's caller returned: its memory is the producer's again */
+            if ((o->flags & OF_VIEW) && o->state == CS_ST_CONSUMED) {
+                ot_hist_add(st, o, ev, j);
+                ot_entomb(st, o);
+            }
+            return 0;
+        }
         if ((ev->flags & CS_EVF_NO_PYTHON) && ev->c)
             ot_keep_at_shutdown(lc, ev->c);
         if (ev->aux == CS_DELETE_NULL_CALL) {
@@ -238,7 +322,9 @@ static unsigned dlpack_event(cs_lifecycle *lc, stripe *st, obj *o, const cs_even
         /* the producer freed what the consumer still reads (once a tensor) */
         if (o && o->state == CS_ST_CONSUMED && !(o->flags & OF_DATA_FREED)) {
             o->flags |= OF_DATA_FREED;
-            ot_report(lc, j, CS_KIND_DLPACK_DATA_FREED, o, ev, ev->aux, ev->a);
+            /* a view's memory, freed while its caller still runs (R53) */
+            ot_report(lc, j, (o->flags & OF_VIEW) ? CS_KIND_DLPACK_STALE_VIEW : CS_KIND_DLPACK_DATA_FREED,
+                      o, ev, ev->aux, ev->a);
             ot_hist_add(st, o, ev, j);
         }
         return 0;
@@ -460,7 +546,7 @@ int cs_lc_report_live(cs_lifecycle *lc, int ns, uint64_t origin_c)
 static int leaked_at_exit(cs_lifecycle *lc, const obj *o)
 {
     if (!o->key || o->state == CS_ST_RELEASED ||
-        (o->flags & (OF_LEAK_REPORTED | OF_NULL_DELETER | OF_REACHABLE)))
+        (o->flags & (OF_LEAK_REPORTED | OF_NULL_DELETER | OF_REACHABLE | OF_VIEW)))
         return 0; /* reachable: LeakSanitizer's "still reachable" */
     if (o->ns == CS_NS_NUMPY && ot_kept_at_shutdown(lc, o->key))
         return 0; /* referenced by a consumer alive at shutdown */
@@ -599,7 +685,7 @@ static void gather_indirect(cs_lifecycle *lc, leak_ref *v, size_t nv, size_t ri,
 static int live_at_quick_exit(const obj *o)
 {
     return o->key && (o->state == CS_ST_CREATED || o->state == CS_ST_CONSUMED) &&
-           !(o->flags & (OF_LEAK_REPORTED | OF_NULL_DELETER)) &&
+           !(o->flags & (OF_LEAK_REPORTED | OF_NULL_DELETER | OF_VIEW)) &&
            !(o->ns == CS_NS_NUMPY && o->nhist && (o->hist[0].flags & CS_EVF_IMPORT));
 }
 
@@ -748,6 +834,8 @@ int cs_lc_finish_killed(cs_lifecycle *lc, const cs_live_slot *slots, size_t n)
 
 static uint64_t consumed_at(const obj *o)
 {
+    if (o->flags & OF_XAPI)
+        return o->nhist ? o->hist[0].time_ns : 0; /* owned from its birth */
     for (unsigned i = 0; i < o->nhist; i++)
         if (o->hist[i].kind == CS_EV_CONSUME)
             return o->hist[i].time_ns;
@@ -764,7 +852,7 @@ static void consumed_since(cs_lifecycle *lc, obj *o, void *ud)
 {
     (void)lc;
     since_list *l = ud;
-    if (o->state == CS_ST_CONSUMED && !(o->flags & OF_NULL_DELETER) &&
+    if (o->state == CS_ST_CONSUMED && !(o->flags & (OF_NULL_DELETER | OF_VIEW)) &&
         consumed_at(o) >= l->since_ns && ot_room_for_one(&l->v, l->n, &l->cap, sizeof *l->v))
         l->v[l->n++] = o->key;
 }

@@ -191,6 +191,13 @@ enum cs_event_kind {
     CS_EV_REACHABLE = 13,   /* at _exit, a live tensor's address is stored in the
                              * process's writable memory: a=where; aux: CS_WHERE_* */
     CS_EV_DEVICE = 10,      /* export of data from a device handler: obj=struct b=data c=handler; aux=device */
+    /* DLPack 1.3's exchange API (no capsule): births are EXPORT events
+     * with a CS_DLV_X* aux bit, a=dl_tensor.data, b=deleter, c=nbytes */
+    CS_EV_XHANDOVER = 14,   /* a live tensor given to managed_tensor_to_py_object_no_sync,
+                             * which took it: a=table (capsan's index in extra), b=caller */
+    CS_EV_XCHECK = 15,      /* an exchange-API call broke its contract (R51-R56) or a table
+                             * is malformed (R50): obj=tensor or table; aux=CS_XC_*;
+                             * a=return code, b=value, extra=entry (CS_XE_*) */
     /* NumPy data memory (issue 3); obj = the data pointer */
     CS_EV_NP_ALLOC = 16,    /* a=size b=handler capsule c=handler struct */
     CS_EV_NP_FREE = 17,     /* b=handler capsule c=handler struct; extra=CS_STALE_* or 0 */
@@ -218,11 +225,41 @@ enum cs_nogil { CS_NOGIL_CAPSULE = 1, CS_NOGIL_HANDLER = 2, CS_NOGIL_IN_DELETER 
 
 /* CS_EV_EXPORT / CS_EV_CONSUME aux bits */
 #define CS_DLV_VERSIONED 1u
+/* an EXPORT through the exchange API: the birth of an owned tensor (it is
+ * consumed from the start), a struct its caller handed to to_py (HANDED:
+ * to_py took it; else the call failed and the caller still owns it), or a
+ * non-owning view (never a leak) */
+#define CS_DLV_XFROM 2u   /* managed_tensor_from_py_object_no_sync */
+#define CS_DLV_XALLOC 4u  /* managed_tensor_allocator */
+#define CS_DLV_XTO 8u     /* managed_tensor_to_py_object_no_sync: the caller's struct */
+#define CS_DLV_XVIEW 16u  /* dltensor_from_py_object_no_sync: obj = the caller's DLTensor */
+#define CS_DLV_HANDED 32u /* with XTO: to_py took it */
+#define CS_DLV_X (CS_DLV_XFROM | CS_DLV_XALLOC | CS_DLV_XTO | CS_DLV_XVIEW)
+/* CS_EV_XCHECK: the table entry (extra) and what was wrong (aux) */
+enum cs_xentry { CS_XE_TABLE = 0, CS_XE_ALLOC = 1, CS_XE_FROM_PY = 2, CS_XE_TO_PY = 3,
+                 CS_XE_VIEW = 4, CS_XE_STREAM = 5 };
+enum cs_xcheck {
+    CS_XC_NONE = 0,
+    /* the calling contract: dlpack-exchange-contract */
+    CS_XC_RC_NO_ERROR = 1,   /* failed (rc != 0) without a Python exception set */
+    CS_XC_OK_WITH_ERROR = 2, /* succeeded (rc == 0) with a Python exception set */
+    CS_XC_NO_GIL = 3,        /* a Python-facing entry called without the GIL (R56) */
+    CS_XC_SETERROR = 4,      /* the allocator's SetError calls (b) do not match its rc (R54) */
+    CS_XC_TO_PY_RELEASED = 5, /* to_py ran the tensor's deleter and then failed (R52) */
+    CS_XC_NULL_OUT = 6,      /* succeeded and gave no tensor (R51) */
+    /* the table: dlpack-bad-exchange-table */
+    CS_XT_VERSION = 16,      /* version.major is not 1 (b) */
+    CS_XT_NULL_ENTRY = 17,   /* a required entry is NULL (b: CS_XE_*) */
+    CS_XT_NOT_STATIC = 18,   /* the table lies in no loaded object (heap or stack) */
+    CS_XT_PREV = 19,         /* prev_api does not point to an older table */
+};
+#define CS_XC_TABLE_FIRST CS_XT_VERSION
 /* CS_EV_DATA_FREED aux: how it was freed */
 #define CS_FREED_LIBC 1u  /* free() */
 #define CS_FREED_PYMEM 2u /* PyMem_Free() */
 /* CS_EV_DELETE aux */
 #define CS_DELETE_NULL_CALL 1u
+#define CS_DELETE_VIEW_END 2u /* a view (CS_DLV_XVIEW) stopped being valid: its caller returned */
 /* CS_EV_DESTROY aux: the capsule's name when it died */
 enum cs_name_state { CS_NAME_UNCONSUMED = 0, CS_NAME_USED = 1, CS_NAME_OTHER = 2 };
 /* CS_EV_DESTROY extra bits */

@@ -78,6 +78,16 @@ CAPSAN_API void *capsan_original_deleter(void *managed_tensor);
  * set when it is not a valid capsule. */
 CAPSAN_API void *capsan_capsule_peek(struct _object *capsule);
 
+/* DLPack 1.3's exchange API: follow a DLPackExchangeAPI table found
+ * outside a capsule read (a type's __c_dlpack_exchange_api__ int, or a
+ * table a consumer cached before capsan started): validated and patched
+ * in place where writable. Returns what a reader should use (the table,
+ * or capsan's forwarding shadow). */
+CAPSAN_API void *capsan_xapi_follow(void *table);
+/* Entry `entry` of a table as its producer made it (1 allocator, 2
+ * from_py, 3 to_py, 4 view, 5 stream), also when capsan patched it. */
+CAPSAN_API void *capsan_xapi_original(const void *table, int entry);
+
 #ifdef __cplusplus
 }
 #endif

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "capsan.h"
+#include "deleter.h"
 #include "dltensor.h"
 #include "numpy.h"
 #include "spin.h"
@@ -23,6 +24,7 @@
 #include "pyapi.h"
 #include "names.h"
 #include "runtime.h"
+#include "xapi.h"
 
 /* ---- reading a capsule ----
  * PyCapsule has kept one layout since 3.1 (PyObject_HEAD, pointer, name,
@@ -156,90 +158,6 @@ static int in_dtor_of(const void *cap)
  * function directly) did release it. */
 static __thread const void *dtor_took __attribute__((tls_model("initial-exec")));
 
-/* the last tensor with a NULL deleter this thread consumed: a crash at
- * address 0 names it when the register does not (cs_capsule_last_null) */
-static __thread void *last_null __attribute__((tls_model("initial-exec")));
-
-void *cs_capsule_last_null(void) { return last_null; }
-
-/* a tracked tensor was released while its capsule still had an unconsumed
- * name, or a capsule was given one again: hook_GetPointer must look
- * unconsumed reads up from then on */
-static _Atomic int unconsumed_released;
-
-/* R20: fp, the metadata's fingerprint now, is not the one its export
- * took. Reported with the stack of the event that saw it. */
-static void check_loan(const cs_event *ev, const cs_event *export, uint32_t fp)
-{
-    if (export->kind != CS_EV_EXPORT || !export->extra || export->extra == fp)
-        return;
-    cs_event b = {.kind = CS_EV_BAD_TENSOR, .obj = ev->obj, .a = ev->a, .aux = 20,
-                  .extra = CS_BAD_MUTATED, .stack = ev->stack};
-    cs_emit(&b, 0, NULL, NULL);
-}
-
-static void deleter_tramp(void *mt)
-{
-    cs_thread *t = cs_thread_get();
-    if (t && t->predicted == mt && t->dtor_capsule) {
-        /* this destructor's delete was judged before the destructor ran
-         * (cs_capsule_dtor_body): run it as judged, once */
-        void (*fn)(void *) = (void (*)(void *))(uintptr_t)t->predicted_fn;
-        t->predicted = NULL;
-        if (fn)
-            fn(mt);
-        return;
-    }
-    int python = cs_recording && cs_py.ok;
-    int live = python && cs_py_live();
-    int held = live && cs_gil_held();
-    int nogil = live && !held;
-    void *dcap = t ? t->dtor_capsule : NULL;
-    cs_event ev = {.kind = CS_EV_DELETE, .obj = (uint64_t)(uintptr_t)mt,
-                   .a = (uint64_t)(uintptr_t)dcap,
-                   .flags = (uint8_t)((dcap ? CS_EVF_IN_DTOR : 0) |
-                                      (live ? CS_EVF_GIL_KNOWN | (held ? CS_EVF_GIL : 0) : 0))};
-    /* which data this release lets go of: numpy's deleter keeps its array
-     * alive when it runs during interpreter shutdown (lifecycle.c) */
-    if (python && !live)
-        ev.c = cs_dl_data(mt);
-    cs_event origin;
-    int found = 0;
-    unsigned verdict = cs_emit(&ev, 1, &origin, &found);
-    if (verdict & CS_VERDICT_UNRENAMED)
-        atomic_store_explicit(&unconsumed_released, 1, memory_order_relaxed);
-    if (!found || origin.kind != CS_EV_EXPORT || !origin.b) {
-        /* a struct capsan never saw exported (a copied deleter field, or
-         * one forgotten long after release): not calling anything is the
-         * only safe choice left */
-        if (cs_opt.verbosity)
-            dprintf(2, "capsan: deleter called for unknown DLManagedTensor %p; not forwarded\n", mt);
-        return;
-    }
-    if (verdict & CS_VERDICT_SKIP)
-        return;
-    /* R20 on the consumer's side: the metadata must reach the deleter as it
-     * was exported (a change before the consume was reported there). Only
-     * a live struct is read: a released one may be gone. */
-    if (found == 1 && origin.extra && cs_recording)
-        check_loan(&ev, &origin, cs_dl_fingerprint(mt, (origin.aux & CS_DLV_VERSIONED) != 0));
-    /* torch calls foreign deleters without the GIL (R12): whatever Python
-     * the deleter reaches without taking it is reported (cs_check_gil) */
-    if (nogil)
-        cs_deleter_nogil(1);
-    unsigned frees = cs_frees;
-    ((void (*)(void *))(uintptr_t)origin.b)(mt);
-    if (nogil)
-        cs_deleter_nogil(0);
-    if (python && !live && cs_frees == frees) {
-        /* during interpreter shutdown a deleter may decline to run (numpy's
-         * does once Py_IsInitialized() is 0): it freed nothing, so what
-         * it should have released is still there (lifecycle.c judges) */
-        cs_event d = {.kind = CS_EV_DROPPED, .obj = ev.obj, .c = ev.c, .stack = ev.stack};
-        cs_emit(&d, 0, NULL, NULL);
-    }
-}
-
 /* A capsule that still holds a tensor is dying, and that tensor was
  * released already: a consumer deleted without renaming (the producer's
  * destructor is about to delete again), or a producer's destructor released
@@ -251,7 +169,7 @@ static void deleter_tramp(void *mt)
 static int judge_redelete(cs_thread *t, PyObject_ *cap, void *mt)
 {
     if (!t || !mt || !cs_recording ||
-        (!cs_findings_judged() && !atomic_load_explicit(&unconsumed_released, memory_order_relaxed)))
+        (!cs_findings_judged() && !atomic_load_explicit(&cs_dl_unconsumed_released, memory_order_relaxed)))
         return 0;
     cs_lc_lock(cs_lc, (uint64_t)(uintptr_t)mt);
     int st = cs_lc_state(cs_lc, CS_NS_DLPACK, (uint64_t)(uintptr_t)mt);
@@ -319,59 +237,12 @@ void cs_capsule_dtor_body(PyObject_ *cap, unsigned k)
 
 /* ---- hooks ---- */
 
-/* An export's check findings, sharing one stack: the export's, or with
- * stack 0 (a struct that cannot be followed, so no export event) the
- * first finding's own. */
-static void emit_problems(void *mt, PyObject_ *cap, const cs_dl_problem *probs, int np,
-                          uint32_t stack)
-{
-    for (int i = 0; i < np; i++) {
-        cs_event b = {.kind = CS_EV_BAD_TENSOR, .obj = (uint64_t)(uintptr_t)mt,
-                      .a = (uint64_t)(uintptr_t)cap, .aux = (uint16_t)probs[i].rule,
-                      .extra = probs[i].code, .b = (uint64_t)probs[i].value, .stack = stack};
-        cs_emit(&b, !stack, NULL, NULL);
-        stack = b.stack;
-    }
-}
-
+/* A capsule's tensor, lent: wrapped and born, and (numpy) checked for
+ * memory of another device exported as CPU */
 static void export(void *mt, PyObject_ *cap, int versioned, uint8_t gil_flags)
 {
-    cs_dl_problem probs[8];
-    uint64_t nbytes;
-    uint32_t fp;
-    int np = cs_dl_check(mt, versioned, probs, 8, &nbytes, &fp);
-    if (np && (probs[0].code == CS_BAD_NULL_POINTER || probs[0].code == CS_BAD_UNREADABLE)) {
-        /* no struct to read or wrap: what the program does with it is its own */
-        emit_problems(mt, cap, probs, np, 0);
-        return;
-    }
-    void **slot = cs_dl_deleter_slot(mt, versioned);
-    void *orig = *slot;
-    cs_event ev = {.kind = CS_EV_EXPORT, .obj = (uint64_t)(uintptr_t)mt,
-                   .a = (uint64_t)(uintptr_t)cap, .b = (uint64_t)(uintptr_t)orig, .c = nbytes,
-                   .aux = versioned ? CS_DLV_VERSIONED : 0,
-                   .flags = (uint8_t)((orig ? 0 : CS_EVF_NULL_DELETER) | gil_flags), .extra = fp};
-    if (orig == (void *)deleter_tramp) {
-        /* exported again while wrapped: keep the original we know */
-        cs_event origin;
-        int found = 0;
-        cs_lc_lock(cs_lc, ev.obj);
-        found = cs_lc_origin(cs_lc, CS_NS_DLPACK, ev.obj, &origin);
-        cs_lc_unlock(cs_lc, ev.obj);
-        ev.b = found ? origin.b : 0;
-        ev.flags = ev.b ? 0 : CS_EVF_NULL_DELETER;
-    } else if (orig && !cs_probe_store(slot, (void *)deleter_tramp)) {
-        /* a read-only struct (static const): its deleter cannot be
-         * followed, so neither can the rest of its life */
-        emit_problems(mt, cap, probs, np, 0);
-        return;
-    }
-    cs_emit(&ev, 1, NULL, NULL);
-    if (!ev.b && cs_opt.verbosity)
-        dprintf(2, "capsan: note: DLManagedTensor %p exported with a NULL deleter (legal, R10: "
-                   "consumers must not call it)\n", mt);
-    cs_np_check_export_device(mt, versioned);
-    emit_problems(mt, cap, probs, np, ev.stack);
+    if (cs_dl_lend(mt, (uint64_t)(uintptr_t)cap, versioned ? CS_DLV_VERSIONED : 0, gil_flags))
+        cs_np_check_export_device(mt, versioned);
 }
 
 #define GIL_CHECK() cs_check_gil(__builtin_return_address(0), CS_NOGIL_CAPSULE)
@@ -382,6 +253,8 @@ static PyObject_ *hook_New(void *ptr, const char *name, cs_capsule_dtor dtor)
     uint8_t g = (uint8_t)GIL_CHECK();
     if (nk == NK_NONE || !cs_recording)
         return cs_py.Capsule_New(ptr, name, dtor);
+    if (nk == NK_XAPI) /* a producer making its exchange table's capsule: followed now */
+        return cs_py.Capsule_New(cs_xapi_table(ptr, 0), name, dtor);
     /* numpy's own numpy_dltensor capsule, made inside the from_dlpack call
      * whose consume event has the stack, is not an event: the delete it
      * makes later carries numpy's frames. Its destructor is wrapped all the
@@ -520,12 +393,12 @@ static int hook_SetName(PyObject_ *cap, const char *name)
          * its memory is not compared (a released one consumed again is,
          * as evidence beside the reconsume) */
         if (found && !(v & CS_VERDICT_LATE_RENAME))
-            check_loan(&ev, &origin, fp);
+            cs_dl_check_loan(&ev, &origin, fp);
         if (found && origin.kind == CS_EV_EXPORT && (origin.flags & CS_EVF_NULL_DELETER))
-            last_null = e.mt;
+            cs_dl_took_null(e.mt);
 
     } else if (nk == NK_DL || nk == NK_DLV) {
-        atomic_store_explicit(&unconsumed_released, 1, memory_order_relaxed);
+        atomic_store_explicit(&cs_dl_unconsumed_released, 1, memory_order_relaxed);
     } else {
         cs_event b = {.kind = CS_EV_BAD_TENSOR, .obj = (uint64_t)(uintptr_t)e.mt,
                       .a = (uint64_t)(uintptr_t)cap, .aux = 7, .extra = CS_BAD_RENAME};
@@ -546,6 +419,8 @@ static void *hook_GetPointer(PyObject_ *cap, const char *name)
     }
     if (!p || !cs_recording || (nk = name_kind(name)) == NK_NONE || nk == NK_NPDL)
         return p;
+    if (nk == NK_XAPI)
+        return cs_xapi_table(p, 1); /* the table, patched, or capsan's shadow */
     if (in_dtor_of(cap)) {
         /* the producer's destructor reading its own capsule */
         if (nk == NK_DL || nk == NK_DLV)
@@ -561,7 +436,7 @@ static void *hook_GetPointer(PyObject_ *cap, const char *name)
          * capsule still has an unconsumed name only after a delete before
          * the rename, a rename back or a finding: until then, no lookup */
         if (!cs_findings_judged() &&
-            !atomic_load_explicit(&unconsumed_released, memory_order_relaxed))
+            !atomic_load_explicit(&cs_dl_unconsumed_released, memory_order_relaxed))
             return p;
         cs_lc_lock(cs_lc, ev.obj);
         int st = cs_lc_state(cs_lc, CS_NS_DLPACK, ev.obj);

@@ -10,8 +10,5 @@
 /* The PyCapsule_* entries of the hook table. */
 extern const cs_hook cs_capsule_hooks[];
 extern const int cs_capsule_nhooks;
-/* The last tensor exported with a NULL deleter that this thread consumed,
- * or NULL. */
-void *cs_capsule_last_null(void);
 
 #endif

@@ -18,6 +18,7 @@
 #include "lifecycle.h"
 #include "runtime.h"
 #include "thread.h"
+#include "xapi.h"
 
 _Atomic uint16_t cs_dg_pages[4096];
 static _Atomic uint64_t starts[4096];
@@ -60,6 +61,9 @@ void cs_dg_check_slow(uintptr_t p, unsigned how)
     uint64_t hit[8];
     size_t nh = cs_lc_consumed_in(cs_lc, p, p + span, hit, 8);
     for (size_t k = 0; k < nh; k++) {
+        /* a view is the caller's only while its call lasts (R53) */
+        if (cs_xview_is_view(hit[k]) && !cs_xview_still_valid(hit[k]))
+            continue;
         cs_event ev = {.kind = CS_EV_DATA_FREED, .obj = hit[k], .a = p, .aux = (uint16_t)how};
         cs_emit(&ev, 1, NULL, NULL); /* reported before the memory is reused */
     }
@@ -71,6 +75,9 @@ static void (*real_pymem_free)(void *);
 static void hook_pymem_free(void *p)
 {
     cs_frees++;
+    /* PyMem_* needs the GIL: a deleter torch runs without it may not (R12) */
+    if (cs_in_nogil_deleter)
+        cs_check_gil(__builtin_return_address(0), CS_NOGIL_CAPSULE);
     cs_dg_check((uintptr_t)p, CS_FREED_PYMEM);
     real_pymem_free(p);
 }

@@ -132,7 +132,7 @@ static int valid_device(int32_t d)
 }
 
 int cs_dl_check(const void *mt, int versioned, cs_dl_problem *out, int max, uint64_t *nbytes,
-                uint32_t *fingerprint)
+                uint32_t *fingerprint, uint64_t *data)
 {
     int n = 0;
 #define PROBLEM(r, c, v)                                                     \
@@ -142,6 +142,7 @@ int cs_dl_check(const void *mt, int versioned, cs_dl_problem *out, int max, uint
     } while (0)
     *nbytes = 0;
     *fingerprint = 0;
+    *data = 0;
     if (!plausible(mt)) {
         PROBLEM(1, CS_BAD_NULL_POINTER, (uintptr_t)mt);
         return n;
@@ -207,6 +208,7 @@ int cs_dl_check(const void *mt, int versioned, cs_dl_problem *out, int max, uint
     if (elems >= 0)
         *nbytes = (uint64_t)elems * (((uint64_t)bits * (t->dtype.lanes ? t->dtype.lanes : 1) + 7) / 8);
     *fingerprint = tensor_fingerprint(t); /* the struct was proven readable above */
+    *data = (uint64_t)(uintptr_t)t->data;
     return n;
 #undef PROBLEM
 }

@@ -19,9 +19,9 @@ typedef struct cs_dl_problem {
 
 /* Check a managed struct; fills up to max problems, returns their count.
  * *nbytes gets the data size (0 if unknown), *fingerprint the metadata
- * hash. Never reads memory the probes (probe.h) did not prove readable. */
+ * hash, *data dl_tensor.data. Never reads memory the probes (probe.h) did not prove readable. */
 int cs_dl_check(const void *mt, int versioned, cs_dl_problem *out, int max, uint64_t *nbytes,
-                uint32_t *fingerprint);
+                uint32_t *fingerprint, uint64_t *data);
 /* Only the fingerprint (at the delete, to see R20 mutations). */
 uint32_t cs_dl_fingerprint(const void *mt, int versioned);
 /* What a consume needs, with one probe: the fingerprint (0 if the struct

@@ -17,6 +17,7 @@ enum {
     NK_USED,      /* used_dltensor */
     NK_USEDV,     /* used_dltensor_versioned */
     NK_NPDL,      /* numpy_dltensor(_versioned): numpy's owner capsule */
+    NK_XAPI,      /* dlpack_exchange_api: DLPack 1.3's exchange table (xapi.h) */
 };
 
 /* Names are compared on every capsule call, most of them not DLPack's.
@@ -70,6 +71,8 @@ static inline int name_kind(const char *n)
             return NK_DL;
         if (eq(n, "dltensor_versioned"))
             return NK_DLV;
+        if (eq(n, "dlpack_exchange_api"))
+            return NK_XAPI;
         return NK_NONE;
     case 'u':
         if (eq(n, "used_dltensor"))

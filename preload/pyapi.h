@@ -38,6 +38,7 @@ typedef struct cs_pyapi {
     const char *(*Unicode_AsUTF8)(PyObject_ *);
     void (*Err_Fetch)(PyObject_ **, PyObject_ **, PyObject_ **);
     void (*Err_Restore)(PyObject_ *, PyObject_ *, PyObject_ *);
+    PyObject_ *(*Err_Occurred)(void); /* GIL held */
     void (*IncRef)(PyObject_ *);
     void (*DecRef)(PyObject_ *);
     /* used by numpy.c: the NEP 49 channel and numpy's API table */

@@ -29,6 +29,8 @@
 #include "livestate.h"
 #include "reach.h"
 #include "unwfd.h"
+#include "deleter.h"
+#include "xapi.h"
 #include "pyapi.h"
 #include "spin.h"
 #include "stack.h"
@@ -163,18 +165,18 @@ uint32_t cs_stack_now(int want_stack, unsigned site)
 
 /* ---- calls without the GIL (R12, R33) ---- */
 
-static __thread int in_nogil_deleter __attribute__((tls_model("initial-exec")));
+__thread int cs_in_nogil_deleter __attribute__((tls_model("initial-exec")));
 #define NOGIL_SITES 1024
 static uintptr_t nogil_sites[NOGIL_SITES];
 static cs_spin nogil_mu = CS_SPIN_INIT;
 
-void cs_deleter_nogil(int on) { in_nogil_deleter = on; }
+void cs_deleter_nogil(int on) { cs_in_nogil_deleter = on; }
 
 unsigned cs_check_gil_slow(const void *site, int what)
 {
     if (!cs_py_live())
         return 0;
-    if (in_nogil_deleter)
+    if (cs_in_nogil_deleter)
         what = CS_NOGIL_IN_DELETER;
     uintptr_t key = (uintptr_t)site ^ (uintptr_t)what;
     int fresh = 1;
@@ -673,7 +675,7 @@ static void null_deleter_call(const ucontext_t *uc)
     if (!cs_lc)
         return;
     uint64_t cand[2] = {(uint64_t)uc->uc_mcontext.gregs[REG_RDI],
-                        (uint64_t)(uintptr_t)cs_capsule_last_null()};
+                        (uint64_t)(uintptr_t)cs_dl_last_null()};
     const uint64_t *sp = (const uint64_t *)(uintptr_t)uc->uc_mcontext.gregs[REG_RSP];
     for (int i = 0; i < 2; i++) {
         cs_event origin;
@@ -817,7 +819,11 @@ void capsan_stop(void)
 {
     cs_recording = 0;
     cs_got_restore();
+    cs_xapi_restore();
 }
+
+void *capsan_xapi_follow(void *table) { return cs_recording ? cs_xapi_table(table, 1) : table; }
+void *capsan_xapi_original(const void *table, int entry) { return cs_xapi_original(table, entry); }
 
 int capsan_start(void) { return start(0); }
 int capsan_active(void) { return cs_recording; }

@@ -45,6 +45,7 @@ static inline unsigned cs_check_gil(const void *site, int what)
 }
 /* Set while a deleter entered without the GIL runs on this thread. */
 void cs_deleter_nogil(int on);
+extern __thread int cs_in_nogil_deleter __attribute__((tls_model("initial-exec")));
 
 /* Live findings: the lifecycle callback; prints and counts them. */
 void cs_findings_init(void); /* loads the suppressions option */

@@ -440,6 +440,35 @@ int cs_stack_importing(cs_thread *t, int gil)
     return import_below(l, t->py_walked ? t->py_rest : top_frame(l, gil));
 }
 
+/* A frame's instruction as one number: f_lasti (3.10) or the pointer to
+ * the instruction (3.11+) */
+static uint64_t frame_instr(const cs_pylayout *l, const char *f)
+{
+    return l->model == CS_PYF_OBJECT ? (uint64_t)(uint32_t)AT(f, l->f_instr, int)
+                                     : (uint64_t)(uintptr_t)AT(f, l->f_instr, const char *);
+}
+
+int cs_stack_py_pos(int gil, cs_py_pos *pos)
+{
+    const cs_pylayout *l = cs_py.layout;
+    const char *f = cs_py.ok && l && (gil || cs_py_live()) ? top_frame(l, gil) : NULL;
+    pos->frame = (uint64_t)(uintptr_t)f;
+    pos->instr = f ? frame_instr(l, f) : 0;
+    return f != NULL;
+}
+
+int cs_stack_py_within(int gil, const cs_py_pos *pos)
+{
+    const cs_pylayout *l = cs_py.layout;
+    if (!pos->frame || !cs_py.ok || !l || !(gil || cs_py_live()))
+        return 0;
+    const char *f = top_frame(l, gil);
+    for (int k = 0; f && k < 4096; k++, f = code_frame(l, AT(f, l->f_back, const char *)))
+        if ((uint64_t)(uintptr_t)f == pos->frame)
+            return frame_instr(l, f) == pos->instr;
+    return 0;
+}
+
 /* gil == 0: nothing may be interned. *rest: the first frame not recorded. */
 static int python_frames(cs_stack_cache *c, uint64_t *out, int max, int gil, int *importing,
                          const char **rest)

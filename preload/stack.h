@@ -24,6 +24,17 @@ uint32_t cs_stack_capture(cs_thread *t, int gil, int python_only, unsigned site)
  * What it allocates then is module data, also when the import lies
  * deeper than python_depth, or python_depth is 0. */
 int cs_stack_importing(cs_thread *t, int gil);
+/* Where this thread's Python code stands: its innermost frame that runs
+ * code and the instruction that frame is at. A C function called from
+ * Python leaves both as they are until it returns (frames it calls back
+ * into lie above). 0 when there is none (or no layout). */
+typedef struct cs_py_pos {
+    uint64_t frame, instr;
+} cs_py_pos;
+int cs_stack_py_pos(int gil, cs_py_pos *pos);
+/* 1 while the C call made at pos has not returned: pos's frame is still in
+ * this thread's chain and still at that instruction. */
+int cs_stack_py_within(int gil, const cs_py_pos *pos);
 /* Make sure a stack id captured earlier is in the current trace file (a
  * forked child's new file starts without the parent's stacks). */
 void cs_stack_ensure(uint32_t id);
