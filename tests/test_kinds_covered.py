@@ -42,6 +42,11 @@ COVERED = {
     "numpy-bad-handler": ["test_numpy_findings.py::test_bad_handler_whole_run",
                           "test_numpy_findings.py::test_bad_handler_trace"],
     "capsule-no-gil": ["test_gil.py::test_capsule_call_without_gil"],
+    "dlpack-exchange-contract": ["test_exchange_api.py::test_xapi_contract_no_gil",
+                                 "test_exchange_api.py::test_xapi_contract_producer_rc_without_error",
+                                 "test_exchange_api.py::test_xapi_contract_allocator_set_error"],
+    "dlpack-bad-exchange-table": ["test_exchange_api.py::test_xapi_bad_table"],
+    "dlpack-stale-view": ["test_exchange_api.py::test_xapi_stale_view"],
     "numpy-handler-no-gil": ["test_gil.py::test_numpy_handler_without_gil"],
 }
 

@@ -167,6 +167,8 @@ _SIGS = {
     "capsan_scope_dlpack_leaks": ([ctypes.c_uint64], ctypes.c_int),
     "capsan_handler_set_device": ([ctypes.py_object, ctypes.c_int], ctypes.c_int),
     "capsan_capsule_peek": ([ctypes.py_object], ctypes.c_void_p),
+    "capsan_xapi_follow": ([ctypes.c_void_p], ctypes.c_void_p),
+    "capsan_xapi_original": ([ctypes.c_void_p, ctypes.c_int], ctypes.c_void_p),
 }
 _fn = {}
 for _name, (_args, _res) in _SIGS.items():
@@ -211,7 +213,12 @@ def _ref(obj):
 # ---- thin Pythonic wrappers ----
 
 def start() -> bool:
-    return bool(call("capsan_start"))
+    on = bool(call("capsan_start"))
+    if on:
+        # exchange tables a consumer may have cached before capsan started
+        from .exchange import follow_loaded
+        follow_loaded()
+    return on
 
 
 def stop() -> None:

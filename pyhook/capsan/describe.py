@@ -437,6 +437,19 @@ def describe(obj, consume: bool = False, *, max_version="auto", copy=None) -> De
     def add(rule, verdict, message):
         d["checks"].append({"rule": rule, "verdict": verdict, "message": message})
 
+    from . import exchange as X
+    tp = obj if isinstance(obj, type) else type(obj)
+    xt = X.table_of(tp) if type(obj).__name__ != "PyCapsule" else None
+    if xt:
+        d["exchange_api"] = X.table_info(xt, symbolize)
+    if isinstance(obj, type):
+        if not xt:
+            raise TypeError(f"describe() of a type takes one with a DLPack exchange table "
+                            f"({X.CAPSULE_ATTR}), not {obj!r}")
+        d["source"] = "type"
+        d["object_type"] = f"{obj.__module__}.{obj.__qualname__}"
+        d["verdict"] = OK
+        return Description(d)
     if type(obj).__name__ == "PyCapsule":
         d["source"] = "capsule"
         _read(obj, d, add)
@@ -557,6 +570,10 @@ def _consume(cap, d):
 # ---------------------------------------------------------------- text
 
 def _render(d: dict) -> str:
+    if d["source"] == "type":
+        from .exchange import render
+        return "\n".join([f"{d['object_type']}: DLPack C exchange API"] +
+                         render(d["exchange_api"]))
     c = d["capsule"]
     name = c.get("name")
     if c.get("versioned"):
@@ -608,6 +625,9 @@ def _render(d: dict) -> str:
     if d["consumed_by_describe"]:
         lines.append(f"  consumed by describe() ({d['consumed_by_describe']}): renamed to "
                      f"used_*, deleter called")
+    if d.get("exchange_api"):
+        from .exchange import render
+        lines += render(d["exchange_api"])
     bad = [x for x in d["checks"] if x["verdict"] in (WARN, FAIL)]
     if not bad:
         lines.append("  checks: ok")
