@@ -9,7 +9,7 @@
 #include "runtime.h"
 
 static __thread void *last_null __attribute__((tls_model("initial-exec")));
-__thread void *cs_dl_pending __attribute__((tls_model("initial-exec")));
+__thread cs_dl_pending_t cs_dl_pending __attribute__((tls_model("initial-exec")));
 _Atomic int cs_dl_unconsumed_released;
 
 void *cs_dl_last_null(void) { return last_null; }
@@ -36,8 +36,10 @@ void cs_dl_deleter_tramp(void *mt)
             fn(mt);
         return;
     }
-    if (__builtin_expect(cs_dl_pending == mt, 0))
-        cs_xapi_born_in_call(mt); /* to_py deleting what it was given */
+    if (__builtin_expect(cs_dl_pending.mt == mt, 0) && mt) {
+        cs_dl_pending.mt = NULL;
+        cs_dl_pending.born(mt); /* to_py deleting what it was given */
+    }
     int python = cs_recording && cs_py.ok;
     int live = python && cs_py_live();
     int held = live && cs_gil_held();

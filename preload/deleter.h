@@ -52,10 +52,13 @@ void cs_dl_took_null(void *mt);
  * unconsumed reads up from then on. */
 extern _Atomic int cs_dl_unconsumed_released;
 
-/* A struct given to the exchange API's to_py, wrapped before the call and
- * born when it returns (xapi.c): if its deleter runs inside the call, the
- * trampoline asks for the birth first. */
-extern __thread void *cs_dl_pending __attribute__((tls_model("initial-exec")));
-void cs_xapi_born_in_call(void *mt);
+/* A struct wrapped before the call that lends it and born when that call
+ * returns (the exchange API's to_py, xapi.c): if its deleter runs inside
+ * the call, the trampoline has it born first, through `born`. */
+typedef struct cs_dl_pending_t {
+    void *mt;
+    void (*born)(void *mt);
+} cs_dl_pending_t;
+extern __thread cs_dl_pending_t cs_dl_pending __attribute__((tls_model("initial-exec")));
 
 #endif

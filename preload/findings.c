@@ -34,8 +34,11 @@ static cs_suppressions *supp;
 static cs_finding *logbuf;
 static unsigned nlog, caplog;
 
-void cs_findings_init(void)
+static int api_mode; /* nothing printed live but what may kill the process */
+
+void cs_findings_init(int api)
 {
+    api_mode = api;
     char err[512];
     if (cs_opt.suppressions[0] && !(supp = cs_supp_load(cs_opt.suppressions, err, sizeof err)))
         dprintf(2, "capsan: %s\n", err);
@@ -198,7 +201,7 @@ static void flush(int grouped)
         if (nlog < caplog)
             logbuf[nlog++] = pending[i];
         /* API mode prints nothing live: the scope and the pytest plugin say it */
-        if (!text || (cs_runtime_api_mode() && !about_to_crash(&pending[i])))
+        if (!text || (api_mode && !about_to_crash(&pending[i])))
             continue;
         if (grouped && is_leak(&pending[i]) && cs_lg_add(&groups, &pending[i]) == 0)
             continue;

@@ -1,36 +1,26 @@
-/* The runtime's hub (see runtime.h): start-up, the emit path, and the
- * process-level hooks that keep tracing right across dlopen, fork, exit and
- * crashes. */
+/* The service every hook calls (see runtime.h): the one lifecycle, the
+ * emit path, the trace's prologue, and the ending (leak verdicts, the
+ * exit status). It calls no hook module: start.c starts them and it. */
 #include "runtime.h"
 
 #include <dlfcn.h>
 #include <fcntl.h>
-#include <link.h>
 #include <pthread.h>
-#include <signal.h>
 #include <spawn.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
-#include <ucontext.h>
 #include <unistd.h>
 
 #include "capsan.h"
-#include "capsule.h"
-#include "dataguard.h"
-#include "got.h"
 #include "modules.h"
-#include "numpy.h"
 #include "roots.h"
 #include "options.h"
 #include "probe.h"
 #include "livestate.h"
 #include "reach.h"
-#include "unwfd.h"
-#include "deleter.h"
-#include "xapi.h"
 #include "pyapi.h"
 #include "spin.h"
 #include "stack.h"
@@ -40,7 +30,7 @@ extern char **environ;
 
 cs_lifecycle *cs_lc;
 volatile int cs_recording;
-static atomic_int started, finished;
+static atomic_int started, finished; /* cs_runtime_begin, cs_runtime_finish */
 /* started by `import capsan` rather than LD_PRELOAD: findings go to the
  * Python API; the exit status and exit-time report stay the program's */
 static int api_mode;
@@ -227,14 +217,14 @@ static void write_process(void)
 
 /* The lifecycle's sink: the history of an object with a finding. Called
  * under the object's stripe lock (lock order: stripe, stack tree, file). */
-static void sink(void *ud, const cs_event *ev)
+void cs_runtime_sink(void *ud, const cs_event *ev)
 {
     (void)ud;
     cs_stack_ensure(ev->stack);
     cs_trace_write(CS_REC_EVENT, ev, sizeof *ev);
 }
 
-static void prologue(void)
+void cs_runtime_prologue(void)
 {
     char opts[2048];
     write_process();
@@ -442,397 +432,14 @@ static void halt(void)
     _exit(st ? st : 1);
 }
 
-/* ---- process hooks ---- */
 
-static void after_load(void)
+void cs_runtime_begin(int api) { atomic_store(&started, 1), api_mode = api; }
+int cs_runtime_running(void) { return atomic_load(&started) && !atomic_load(&finished); }
+
+void cs_runtime_set_self(const char *path) { snprintf(self_path, sizeof self_path, "%s", path); }
+
+void cs_runtime_fork_child(void)
 {
-    cs_got_scan();
-    if (cs_trace_started())
-        cs_modules_note();
-}
-
-/* glibc searches a bare name in the *caller's* RUNPATH; through this hook
- * the caller would be libcapsan.so, so the caller's search path is
- * replayed here first (memray's dlopen hook does the same). */
-static void *dlopen_from(const void *caller, const char *file, int mode)
-{
-    Dl_info di;
-    struct link_map *lm = NULL;
-    if (!file || strchr(file, '/') || !dladdr1(caller, &di, (void **)&lm, RTLD_DL_LINKMAP) || !lm)
-        return NULL;
-    void *h = dlopen(file, mode | RTLD_NOLOAD);
-    if (h)
-        return h;
-    const char *strtab = NULL, *rp = NULL;
-    size_t runpath = 0, rpath = 0;
-    int has_runpath = 0, has_rpath = 0;
-    for (const ElfW(Dyn) *d = lm->l_ld; d && d->d_tag != DT_NULL; d++) {
-        if (d->d_tag == DT_STRTAB)
-            strtab = (const char *)d->d_un.d_ptr;
-        else if (d->d_tag == DT_RUNPATH)
-            runpath = d->d_un.d_val, has_runpath = 1;
-        else if (d->d_tag == DT_RPATH)
-            rpath = d->d_un.d_val, has_rpath = 1;
-    }
-    if (!strtab || (!has_runpath && !has_rpath))
-        return NULL;
-    if ((uintptr_t)strtab < lm->l_addr)
-        strtab += lm->l_addr;
-    rp = strtab + (has_runpath ? runpath : rpath);
-    char origin[512];
-    const char *objpath = lm->l_name && *lm->l_name ? lm->l_name : di.dli_fname;
-    const char *sl = strrchr(objpath, '/');
-    snprintf(origin, sizeof origin, "%.*s", sl ? (int)(sl - objpath) : 1, sl ? objpath : ".");
-    while (*rp) {
-        size_t len = strcspn(rp, ":");
-        char dir[1024], path[1400];
-        if (len >= 7 && !strncmp(rp, "$ORIGIN", 7))
-            snprintf(dir, sizeof dir, "%s%.*s", origin, (int)(len - 7), rp + 7);
-        else if (len >= 9 && !strncmp(rp, "${ORIGIN}", 9))
-            snprintf(dir, sizeof dir, "%s%.*s", origin, (int)(len - 9), rp + 9);
-        else
-            snprintf(dir, sizeof dir, "%.*s", (int)len, rp);
-        snprintf(path, sizeof path, "%s/%s", dir, file);
-        if (access(path, F_OK) == 0 && (h = dlopen(path, mode)))
-            return h;
-        rp += len;
-        if (*rp)
-            rp++;
-    }
-    return NULL;
-}
-
-static void *hook_dlopen(const char *file, int mode)
-{
-    void *h = dlopen_from(__builtin_return_address(0), file, mode);
-    if (!h)
-        h = dlopen(file, mode);
-    if (h)
-        after_load();
-    return h;
-}
-
-static int hook_dlclose(void *h)
-{
-    int rc = dlclose(h);
-    cs_got_forget_unloaded();
-    cs_stack_flush();
-    cs_np_after_dlclose();
-    return rc;
-}
-
-/* ctypes (ctypes.pythonapi) finds C functions with dlsym, which no slot
- * patch reaches: hand it capsan's hooks for the names capsan hooks. Only
- * in _ctypes, which never passes RTLD_NEXT (that would need the caller). */
-static const cs_hook *all_hooks_p;
-static int all_hooks_n;
-
-static void *hook_dlsym(void *handle, const char *name)
-{
-    void *p = dlsym(handle, name);
-    if (p && name && handle != RTLD_NEXT && strncmp(name, "PyCapsule_", 10) == 0)
-        for (int i = 0; i < all_hooks_n; i++)
-            if (!all_hooks_p[i].only_in && !strcmp(all_hooks_p[i].name, name))
-                return all_hooks_p[i].replacement;
-    return p;
-}
-
-/* The status the program exits with (main's return or exit()'s argument),
- * -1 until known. The leak verdict waits for capsan's own ELF destructor
- * (capsan_fini): C atexit handlers and the destructors of every library
- * loaded after capsan may still release tensors after Py_Finalize. */
-static int exit_status = -1;
-
-static void hook_exit(int status)
-{
-    exit_status = status;
-    exit(status);
-}
-
-static void hook__exit(int status)
-{
-    _exit(cs_runtime_finish(CS_END_QUICK_EXIT, status));
-}
-
-typedef int (*main_fn)(int, char **, char **);
-static main_fn real_main;
-
-static int main_wrap(int argc, char **argv, char **envp)
-{
-    int rc = real_main(argc, argv, envp);
-    exit_status = rc;
-    return rc;
-}
-
-typedef int (*lsm_fn)(main_fn, int, char **, void (*)(void), void (*)(void), void (*)(void),
-                      void *);
-
-/* The program's own main returning is an exit we must see with its status;
- * the executable's call to __libc_start_main happens after our
- * constructor, through a slot we patched. */
-static int hook_libc_start_main(main_fn m, int argc, char **argv, void (*init)(void),
-                                void (*fini)(void), void (*rtld_fini)(void), void *stack_end)
-{
-    lsm_fn real = (lsm_fn)dlsym(RTLD_DEFAULT, "__libc_start_main");
-    real_main = m;
-    return real(main_wrap, argc, argv, init, fini, rtld_fini, stack_end);
-}
-
-/* The last of the exit. glibc runs the ELF destructors (_dl_fini) as the
- * last exit handler, and runs the libraries' in link order, so capsan's
- * destructor comes before those of the extensions Python loaded later.
- * It registers one more exit handler: glibc runs a handler registered
- * while the handlers run once _dl_fini has returned, after every atexit
- * handler and every library's destructor. There the process's leaks are
- * judged; when capsan's exitcode must replace the program's status, the
- * process ends there (stdio flushed first, as exit() would). */
-extern int __cxa_atexit(void (*fn)(void *), void *arg, void *dso);
-
-static void last_verdict(void *unused)
-{
-    (void)unused;
-    int st = cs_runtime_finish(CS_END_EXIT, exit_status);
-    if (st != exit_status) {
-        fflush(NULL);
-        _exit(st);
-    }
-}
-
-/* set once the runtime is fully started (a non-Python process, or one
- * capsan stays out of, never arms it) */
-static int verdict_armed;
-
-__attribute__((destructor)) static void capsan_fini(void)
-{
-    if (!verdict_armed || api_mode)
-        return;
-    /* no DSO handle: no library's __cxa_finalize runs it early */
-    if (__cxa_atexit(last_verdict, NULL, NULL) != 0)
-        last_verdict(NULL);
-}
-
-static const cs_hook process_hooks[] = {
-    {"dlopen", (void *)hook_dlopen, NULL},
-    {"dlclose", (void *)hook_dlclose, NULL},
-    {"exit", (void *)hook_exit, NULL},
-    {"_exit", (void *)hook__exit, NULL},
-    {"__libc_start_main", (void *)hook_libc_start_main, NULL},
-    {"dlsym", (void *)hook_dlsym, "_ctypes"},
-};
-
-static cs_hook all_hooks[48];
-
-/* ---- fork ---- */
-
-void cs_findings_reset_child(void);
-
-/* the same order as everywhere else: stripes, stack tree, trace file */
-static void fork_prepare(void)
-{
-    if (cs_lc)
-        cs_lc_lock_all(cs_lc);
-    cs_stack_fork_lock(1);
-    cs_trace_fork_lock(1);
-}
-
-static void fork_parent(void)
-{
-    cs_trace_fork_lock(0);
-    cs_stack_fork_lock(0);
-    if (cs_lc)
-        cs_lc_unlock_all(cs_lc);
-}
-
-static void fork_child(void)
-{
-    cs_trace_fork_lock(0);
-    cs_stack_fork_lock(0);
-    if (cs_lc) {
-        cs_lc_unlock_all(cs_lc);
-        cs_lc_fork_child(cs_lc);
-        cs_lc_set_born(cs_lc, cs_now_ns());
-    }
     atomic_store(&next_counts, 0);
     atomic_store(&first_counts, 0);
-    /* the child writes its own log_path.PID, starting with what it
-     * inherited; its findings and exit status are its own */
-    cs_trace_atfork_child();
-    cs_findings_reset_child();
-}
-
-/* ---- crashes ---- */
-
-static const int crash_sigs[] = {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT};
-static struct sigaction old_act[NSIG];
-
-/* A call through a NULL function pointer. If the struct in the first
- * argument register (x86-64: RDI) is a tensor exported with a NULL deleter
- * (or else the last one this thread consumed), this is a consumer calling
- * that deleter: dlpack-null-deleter, recorded and printed before the
- * process dies. The caller's return address is on top of the stack. */
-static void null_deleter_call(const ucontext_t *uc)
-{
-    if (!cs_lc)
-        return;
-    uint64_t cand[2] = {(uint64_t)uc->uc_mcontext.gregs[REG_RDI],
-                        (uint64_t)(uintptr_t)cs_dl_last_null()};
-    const uint64_t *sp = (const uint64_t *)(uintptr_t)uc->uc_mcontext.gregs[REG_RSP];
-    for (int i = 0; i < 2; i++) {
-        cs_event origin;
-        int found;
-        cs_lc_lock(cs_lc, cand[i]);
-        found = cand[i] && cs_lc_origin(cs_lc, CS_NS_DLPACK, cand[i], &origin);
-        cs_lc_unlock(cs_lc, cand[i]);
-        if (!found || origin.kind != CS_EV_EXPORT || !(origin.flags & CS_EVF_NULL_DELETER))
-            continue;
-        cs_event ev = {.kind = CS_EV_DELETE, .obj = cand[i], .aux = CS_DELETE_NULL_CALL,
-                       .b = cs_probe_read(sp, sizeof *sp) ? *sp : 0};
-        /* from a signal handler native unwinding ends at the jump to 0:
-         * the Python frames say where the call came from */
-        cs_emit(&ev, CS_STACK_PYTHON, NULL, NULL);
-        return;
-    }
-}
-
-static void on_crash(int sig, siginfo_t *si, void *ucv)
-{
-    static atomic_int once;
-    if (!atomic_exchange(&once, 1) && atomic_load(&started) && !atomic_load(&finished)) {
-        ucontext_t *uc = ucv;
-        uint64_t pc = uc ? (uint64_t)uc->uc_mcontext.gregs[REG_RIP] : 0;
-        if (sig == SIGSEGV && pc == 0 && uc && cs_recording)
-            null_deleter_call(uc);
-        cs_recording = 0;
-        if (cs_trace_started()) {
-            cs_rec_end e = {.how = CS_END_SIGNAL, .status = sig, .time_ns = cs_now_ns(),
-                            .fault_addr = (uint64_t)(uintptr_t)si->si_addr, .pc = pc,
-                            .events = (cs_lc ? cs_lc_events(cs_lc) : 0)};
-            cs_trace_write(CS_REC_END, &e, sizeof e);
-            cs_trace_close();
-        }
-        dprintf(2, "==%d==capsan: %s at pc 0x%llx (address 0x%llx)%s\n", (int)getpid(),
-                strsignal(sig), (unsigned long long)pc,
-                (unsigned long long)(uintptr_t)si->si_addr,
-                pc == 0 ? ": a call through a NULL function pointer (a NULL deleter?)" : "");
-        dprintf(2, "==%d==capsan: %u finding(s) reported before the crash; trace: %s\n",
-                (int)getpid(), cs_findings_total(), cs_trace_path());
-    }
-    sigaction(sig, &old_act[sig], NULL);
-    if (si->si_code <= 0) /* sent, not a fault: it will not happen again */
-        raise(sig);
-}
-
-static void install_crash_handlers(void)
-{
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_sigaction = on_crash;
-    sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
-    sigemptyset(&sa.sa_mask);
-    for (size_t i = 0; i < sizeof crash_sigs / sizeof crash_sigs[0]; i++) {
-        struct sigaction cur;
-        sigaction(crash_sigs[i], NULL, &cur);
-        /* the program's own handler stays in charge */
-        if (cur.sa_handler != SIG_DFL)
-            continue;
-        sigaction(crash_sigs[i], &sa, &old_act[crash_sigs[i]]);
-    }
-}
-
-/* ---- start and stop ---- */
-
-static void self_marker(void) {}
-
-static int start(int preload)
-{
-    if (atomic_exchange(&started, 1))
-        return cs_recording;
-    api_mode = !preload;
-    if (getenv("CAPSAN_CHILD"))
-        return 0;
-    cs_options_defaults();
-    char err[2048];
-    if (cs_options_parse(getenv("CAPSAN_OPTIONS"), "CAPSAN_OPTIONS", err, sizeof err) != 0)
-        dprintf(2, "%s\n", err);
-    if (cs_opt.help) {
-        dprintf(2, "capsan options (CAPSAN_OPTIONS=key=value:key=value):\n");
-        cs_options_help(2);
-        _exit(0);
-    }
-    if (!cs_pyapi_init())
-        return 0; /* not a Python process: stay out of the way */
-    if (!cs_py.layout && cs_opt.verbosity)
-        dprintf(2, "==%d==capsan: CPython %d.%d is not in capsan's table of interpreter "
-                   "layouts (preload/pyversions.inc): stacks will be native only\n",
-                (int)getpid(), cs_py.major, cs_py.minor);
-    Dl_info di;
-    if (dladdr((void *)self_marker, &di) && di.dli_fname)
-        snprintf(self_path, sizeof self_path, "%s", di.dli_fname);
-    cs_lc = cs_lc_create(cs_findings_cb, NULL, 1);
-    if (!cs_lc)
-        return 0;
-    cs_lc_set_protect(cs_lc, cs_opt.protect);
-    cs_lc_live_put = cs_live_put; /* crash-safe live state in the trace */
-    cs_lc_live_consumed = cs_live_consumed;
-    cs_lc_live_drop = cs_live_drop;
-    if (!cs_opt.record_all)
-        cs_lc_set_sink(cs_lc, sink, NULL);
-    cs_findings_init();
-    cs_thread_init();
-    cs_stack_init((void *)self_marker);
-    cs_clock_init();
-    cs_trace_init(cs_opt.log_path, prologue);
-    int n = 0;
-    for (int i = 0; i < cs_capsule_nhooks; i++)
-        all_hooks[n++] = cs_capsule_hooks[i];
-    if (cs_numpy_init())
-        for (int i = 0; i < cs_numpy_nhooks; i++)
-            all_hooks[n++] = cs_numpy_hooks[i];
-    cs_dg_init();
-    if (cs_dg_hooks_ready())
-        for (int i = 0; i < cs_dg_nhooks; i++)
-            all_hooks[n++] = cs_dg_hooks[i];
-    for (size_t i = 0; i < sizeof process_hooks / sizeof process_hooks[0]; i++)
-        if (!api_mode || strcmp(process_hooks[i].name, "__libc_start_main") != 0)
-            all_hooks[n++] = process_hooks[i];
-    for (int i = 0; i < cs_unwfd_nhooks; i++)
-        all_hooks[n++] = cs_unwfd_hooks[i];
-    all_hooks_p = all_hooks;
-    all_hooks_n = n;
-    cs_got_init(all_hooks, n, (void *)self_marker);
-    pthread_atfork(fork_prepare, fork_parent, fork_child);
-    install_crash_handlers();
-    verdict_armed = 1;
-    cs_recording = 1;
-    int patched = cs_got_scan();
-    cs_stack_start();
-    if (cs_opt.verbosity) {
-        unsigned o, s;
-        cs_got_stats(&o, &s);
-        dprintf(2, "==%d==capsan: started, %d objects scanned, %u patched slots; trace prefix %s\n",
-                (int)getpid(), patched, s, cs_opt.log_path);
-    }
-    return 1;
-}
-
-void capsan_stop(void)
-{
-    cs_recording = 0;
-    cs_got_restore();
-    cs_xapi_restore();
-}
-
-void *capsan_xapi_follow(void *table) { return cs_recording ? cs_xapi_table(table, 1) : table; }
-void *capsan_xapi_original(const void *table, int entry) { return cs_xapi_original(table, entry); }
-
-int capsan_start(void) { return start(0); }
-int capsan_active(void) { return cs_recording; }
-int capsan_preloaded(void) { return atomic_load(&started) && !api_mode; }
-
-__attribute__((constructor)) static void capsan_preload_ctor(void)
-{
-    /* LD_PRELOAD starts the runtime; `import capsan` calls capsan_start */
-    const char *pre = getenv("LD_PRELOAD");
-    if (pre && strstr(pre, "libcapsan"))
-        start(1);
 }

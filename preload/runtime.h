@@ -1,5 +1,8 @@
-/* The runtime's hub: the one lifecycle, the emit path every hook uses, and
- * the process-level hooks (dlopen, exit, fork, crash signals). */
+/* The service every hook calls: the one lifecycle, the emit path, the
+ * trace's prologue and the process's ending (runtime.c). Start-up and the
+ * process-level hooks (dlopen, exit, fork, crash signals) are start.c's,
+ * which starts this service and every hook module; nothing here calls a
+ * hook module. */
 #ifndef CAPSAN_RUNTIME_H
 #define CAPSAN_RUNTIME_H
 
@@ -48,7 +51,7 @@ void cs_deleter_nogil(int on);
 extern __thread int cs_in_nogil_deleter __attribute__((tls_model("initial-exec")));
 
 /* Live findings: the lifecycle callback; prints and counts them. */
-void cs_findings_init(void); /* loads the suppressions option */
+void cs_findings_init(int api_mode); /* loads the suppressions option */
 void cs_findings_cb(void *ud, const cs_finding *f);
 void cs_findings_flush_pending(void);
 /* findings this thread's events made and flush has not printed yet */
@@ -70,6 +73,17 @@ void cs_findings_summary(void);
 
 /* Started by `import capsan` (not preloaded): findings go to Python only. */
 int cs_runtime_api_mode(void);
+
+/* Set up by start.c: the runtime started (api: by `import capsan`), the
+ * path of libcapsan.so (its CLI renders report=json), the lifecycle's sink
+ * and the trace's prologue, a forked child's fresh COUNTS series. */
+void cs_runtime_begin(int api);
+void cs_runtime_set_self(const char *path);
+void cs_runtime_sink(void *ud, const cs_event *ev);
+void cs_runtime_prologue(void);
+void cs_runtime_fork_child(void);
+/* started and not finished */
+int cs_runtime_running(void);
 
 /* Finish the process's trace (leak check when how == CS_END_EXIT) and
  * return the exit status to use. Idempotent. */

@@ -349,9 +349,8 @@ static __thread cs_loan *pending_loan __attribute__((tls_model("initial-exec")))
 static __thread int pending_born __attribute__((tls_model("initial-exec")));
 static __thread uint8_t pending_flags __attribute__((tls_model("initial-exec")));
 
-void cs_xapi_born_in_call(void *mt)
+static void born_in_call(void *mt)
 {
-    cs_dl_pending = NULL;
     if (!pending_loan || pending_loan->mt != mt)
         return;
     cs_dl_lent(pending_loan, 0, CS_DLV_VERSIONED | CS_DLV_XTO, pending_flags);
@@ -404,13 +403,13 @@ int cs_xbody_to_py(void *mt, void **out, void *u2, void *u3, unsigned k)
                 cs_emit(&hand, 1, NULL, NULL);
         } else {
             cs_loan *saved_loan = pending_loan;
-            void *saved_pending = cs_dl_pending;
+            cs_dl_pending_t saved_pending = cs_dl_pending;
             int saved_born = pending_born;
             uint8_t saved_flags = pending_flags;
             pending_loan = &l;
             pending_born = 0;
             pending_flags = c.flags;
-            cs_dl_pending = mt;
+            cs_dl_pending = (cs_dl_pending_t){mt, born_in_call};
             rc = fn(mt, out);
             int inside = pending_born;
             cs_dl_pending = saved_pending;
