@@ -1,4 +1,5 @@
-/* The one place where events become findings.
+/* The one place where events become findings: one ownership machine,
+ * each protocol's rules a table of their own (protocol.h).
  *
  * Linked into the runtime (live checks: protect, halt, exit status) and
  * into the report tool (offline replay of a trace). Both feed the same
@@ -185,6 +186,7 @@ size_t cs_lc_consumed_in(cs_lifecycle *lc, uint64_t lo, uint64_t hi, uint64_t *o
 /* Running totals of live objects, kept as events are judged (cheap). */
 typedef struct cs_lc_totals {
     int64_t dlpack, dlpack_bytes, numpy, numpy_bytes;
+    int64_t born_dlpack, born_numpy; /* every tensor and block made so far */
 } cs_lc_totals;
 void cs_lc_totals_get(cs_lifecycle *lc, cs_lc_totals *out);
 

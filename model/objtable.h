@@ -64,6 +64,7 @@ typedef struct stripe {
     unsigned fifo_head, fifo_len;
     uint64_t nevents;      /* events judged here (counted under mu) */
     int64_t live[4];       /* this stripe's share of cs_lc_totals (under mu) */
+    int64_t born[2];       /* and of its births, by namespace (views excluded) */
     uint32_t gen;          /* generations of this stripe's objects (under mu) */
     cs_event wrap;         /* the NP_WRAP just emitted for the NP_FOREIGN_FREE that
                             * follows it on the same thread (kind 0: none) */

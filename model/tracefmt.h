@@ -144,6 +144,12 @@ typedef struct cs_rec_end {
     uint64_t fault_addr;  /* signal: si_addr */
     uint64_t pc;          /* signal: the faulting instruction */
     uint64_t events;      /* events observed (the trace holds those of objects with findings) */
+    /* appended later (older END records end before them; readers take
+     * what is there): what the process watched, and its findings */
+    uint64_t tensors;     /* DLPack tensors born (capsules and the exchange API) */
+    uint64_t blocks;      /* NumPy data blocks allocated */
+    uint32_t findings;    /* findings reported (suppressed ones excluded) */
+    uint32_t reserved;
 } cs_rec_end;
 
 /* One lifecycle event: the payload of CS_REC_EVENT and the input of

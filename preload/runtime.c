@@ -409,12 +409,23 @@ int cs_runtime_finish(int how, int status)
      * found errors (LeakSanitizer's convention), else the program's */
     int final = (!api_mode && cs_findings_errors() && cs_opt.exitcode) ? (int)cs_opt.exitcode
                                                                          : status;
+    cs_lc_totals tot = {0};
+    if (cs_lc)
+        cs_lc_totals_get(cs_lc, &tot);
+    uint64_t events = cs_lc ? cs_lc_events(cs_lc) : 0;
     if (cs_trace_started()) {
         write_counts(cs_now_ns());
         cs_rec_end e = {.how = (uint32_t)how, .status = final, .time_ns = cs_now_ns(),
-                        .events = (cs_lc ? cs_lc_events(cs_lc) : 0)};
+                        .events = events, .tensors = (uint64_t)tot.born_dlpack,
+                        .blocks = (uint64_t)tot.born_numpy, .findings = cs_findings_total()};
         cs_trace_write(CS_REC_END, &e, sizeof e);
     }
+    if (!api_mode && cs_opt.verbosity && !cs_findings_total())
+        /* a clean run says what it watched (capsan run says it for all
+         * its processes; a bare LD_PRELOAD is silent unless asked) */
+        dprintf(2, "==%d==capsan: no findings: %lld tensor(s) and %lld NumPy block(s) watched "
+                   "(%llu events)\n", (int)getpid(), (long long)tot.born_dlpack,
+                (long long)tot.born_numpy, (unsigned long long)events);
     if (!api_mode) {
         cs_findings_summary();
         if (!strcmp(cs_opt.report, "json") && cs_findings_total())

@@ -297,7 +297,14 @@ static void on_crash(int sig, siginfo_t *si, void *ucv)
         if (cs_trace_started()) {
             cs_rec_end e = {.how = CS_END_SIGNAL, .status = sig, .time_ns = cs_now_ns(),
                             .fault_addr = (uint64_t)(uintptr_t)si->si_addr, .pc = pc,
-                            .events = (cs_lc ? cs_lc_events(cs_lc) : 0)};
+                            .events = (cs_lc ? cs_lc_events(cs_lc) : 0),
+                            .findings = cs_findings_total()};
+            if (cs_lc) {
+                cs_lc_totals tot;
+                cs_lc_totals_get(cs_lc, &tot);
+                e.tensors = (uint64_t)tot.born_dlpack;
+                e.blocks = (uint64_t)tot.born_numpy;
+            }
             cs_trace_write(CS_REC_END, &e, sizeof e);
             cs_trace_close();
         }

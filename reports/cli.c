@@ -9,10 +9,12 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cli.h"
 #include "options.h"
+#include "runsummary.h"
 #include "seal.h"
 #include "suppress.h"
 
@@ -334,6 +336,8 @@ static int cmd_run(int argc, char **argv)
     sigaction(SIGTERM, &fwd, NULL);
     sigaction(SIGHUP, &fwd, NULL);
 
+    struct timespec run_start;
+    clock_gettime(CLOCK_REALTIME, &run_start);
     fflush(NULL);
     pid_t pid = fork();
     if (pid < 0) {
@@ -379,6 +383,8 @@ static int cmd_run(int argc, char **argv)
         rc = 128 + sig;
     } else {
         rc = WIFEXITED(status) ? WEXITSTATUS(status) : EXIT_INTERNAL;
+        cs_run_summary(log_path, (uint64_t)run_start.tv_sec * 1000000000ull +
+                                     (uint64_t)run_start.tv_nsec, stderr);
     }
     kv_free(&opts);
     kv_free(&flags);

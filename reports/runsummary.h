@@ -1,0 +1,16 @@
+/* What a clean `capsan run` watched. The sanitizers are silent on a clean
+ * run; capsan run says one line instead, so that a run that watched
+ * 10,000 exchanges is not mistaken for one that saw none. */
+#ifndef CAPSAN_RUNSUMMARY_H
+#define CAPSAN_RUNSUMMARY_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+/* The traces log_path.PID begun at or after since_realtime_ns (this run's
+ * processes): when every one ended with an END record and no finding,
+ * "capsan: no findings: ..." with the processes, tensors, NumPy blocks and
+ * events they watched goes to out. Returns 1 if it printed. */
+int cs_run_summary(const char *log_path, uint64_t since_realtime_ns, FILE *out);
+
+#endif
