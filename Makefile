@@ -3,6 +3,7 @@
 #   make demo       install what is missing, build, run a buggy example under capsan
 #   make test       install what is missing, build, run the whole test suite
 #   make bench      overhead benchmarks (ratios against a plain run)
+#   make bench-quick  only their instruction counts (callgrind), a few minutes
 #   make fuzz FUZZ_SECONDS=N   fuzz `capsan report` (libFuzzer, ASan+UBSan)
 #   make asan       the runtime under ASan over the DLPack and NumPy scenarios
 #   make stress     tests/test_stress.py 20 times in a row, large (STRESS_RUNS=, STRESS_SCALE=)
@@ -42,7 +43,7 @@ PY_SRC   := $(wildcard pyhook/capsan/*.py)
 PY_OUT   := $(patsubst pyhook/capsan/%,$(B)/python/capsan/%,$(PY_SRC))
 
 .PHONY: all deps demo test test-c test-py bench install clean check-numpy venvs fixtures-current fixture-sos
-.PHONY: test-install
+.PHONY: test-install realworld-venvs test-realworld
 all: $(B)/lib/libcapsan.so $(B)/bin/capsan python
 
 $(B)/obj/rt/%.o: %.c $(wildcard preload/*.h preload/*.inc model/*.h model/*.inc)
@@ -101,6 +102,14 @@ fixture-sos: $(FIX_SO)
 venvs:
 	@mkdir -p $(B)
 	@bash .ci/venvs > $(B)/venvs.txt.new && mv $(B)/venvs.txt.new $(B)/venvs.txt
+# Released libraries with bugs that shipped (.ci/realworld): build/realworld.txt
+# lists "NAME PYTHON" for tests/test_realworld.py; make test runs it too
+realworld-venvs:
+	@mkdir -p $(B)
+	@bash .ci/realworld > $(B)/realworld.txt.new && mv $(B)/realworld.txt.new $(B)/realworld.txt
+test-realworld: all fixtures fixtures-current realworld-venvs
+	@cd tests && $(PYTHON) -m pytest -q -p no:cacheprovider test_realworld.py $(PYTEST_ARGS)
+
 fixtures-current: venvs
 	@while read -r tag py; do \
 	  $(MAKE) --no-print-directory fixture-sos PYTHON=$$py FIXOUT=$(B)/tests/$$tag || exit 1; \
@@ -114,7 +123,7 @@ demo: deps
 	@bash examples/demo.sh
 
 test: deps
-	@$(MAKE) --no-print-directory all fixtures fixtures-current sanitizers fuzz-build
+	@$(MAKE) --no-print-directory all fixtures fixtures-current realworld-venvs sanitizers fuzz-build
 	@$(MAKE) --no-print-directory test-c
 	@$(MAKE) --no-print-directory test-san fuzz-regress
 	@$(MAKE) --no-print-directory test-py
@@ -139,6 +148,13 @@ test-install: all venvs
 
 bench: all fixtures venvs
 	@$(PYTHON) bench/run.py
+
+# instructions per loop iteration under callgrind only (bench/icount.py):
+# W1, W2, W3 plain, under capsan and under memray, without the 0-iteration
+# runs and memray's other cases
+.PHONY: bench-quick
+bench-quick: all venvs
+	@BENCH_ONLY=icount BENCH_CG_QUICK=1 $(PYTHON) bench/run.py
 
 # PREFIX/bin/capsan, PREFIX/lib/libcapsan.so, and the package with its
 # dist-info (pytest11 entry point, RECORD) in $(PYTHON)'s site directory for

@@ -120,7 +120,9 @@ const char *cs_event_phrase(const cs_finding *f, int i)
             return earlier ? "deleted again by the capsule destructor at"
                            : "deleted by the capsule destructor at";
         return earlier ? "deleted again at" : "deleted at";
-    case CS_EV_DESTROY: return "capsule destroyed at";
+    case CS_EV_DESTROY:
+        return (ev->extra & CS_DESTROY_REENTERED) ? "its destructor entered again at"
+                                                  : "capsule destroyed at";
     case CS_EV_DROPPED: return "its deleter released nothing (interpreter shutdown) at";
     case CS_EV_BAD_TENSOR: return "checked at";
     case CS_EV_NP_ALLOC: return "allocated at";
@@ -353,6 +355,12 @@ const char *cs_finding_message(const cs_finding *f, char *buf, size_t n)
                  "its consumer still holds the tensor: the consumer now reads freed memory",
                  t, p, f->detail == CS_FREED_PYMEM ? "PyMem_Free" : "free",
                  (unsigned long long)f->value);
+        break;
+    case CS_KIND_DLPACK_DESTRUCTOR_REENTERED:
+        snprintf(buf, n, "the capsule destructor of %s 0x%llx was entered again for the capsule "
+                 "it is destroying: it brought the dying capsule back to life (for example "
+                 "PyErr_WriteUnraisable(self) on a name it does not expect, R4) and the capsule "
+                 "dies again inside it, a recursion that ends in SIGSEGV", t, p);
         break;
     case CS_KIND_DLPACK_STALE_VIEW:
         snprintf(buf, n, "the memory the non-owning view 0x%llx (dltensor_from_py_object_no_sync) "

@@ -30,6 +30,7 @@
 #define OF_DROPPED 0x1000   /* never consumed, and its deleter freed nothing when it ran
                               * during interpreter shutdown: leaked (judged at exit) */
 #define OF_XAPI 0x2000      /* born through the exchange API: no capsule (R50-R56) */
+#define OF_REENTERED 0x8000 /* dlpack-destructor-reentered already reported */
 #define OF_VIEW 0x4000      /* a non-owning exchange-API view: never a leak (R53) */
 #define OF_UNRENAMED 0x400   /* released while its capsule still had the unconsumed name:
                               * dlpack-not-renamed unless the consumer renames it next */

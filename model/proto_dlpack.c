@@ -305,6 +305,19 @@ static unsigned on_device(cs_lifecycle *lc, stripe *st, obj *o, const cs_event *
  * tensor any more: unless its destructor did, that is a leak. */
 static unsigned on_destroy(cs_lifecycle *lc, stripe *st, obj *o, const cs_event *ev, judge *j)
 {
+    if (ev->extra & CS_DESTROY_REENTERED) {
+        /* R4: its destructor brought it back to life and it is dying again
+         * inside that destructor */
+        if (!o) {
+            obj tmp = {.key = ev->obj};
+            ot_report(lc, j, CS_KIND_DLPACK_DESTRUCTOR_REENTERED, &tmp, ev, 0, 0);
+        } else if (!(o->flags & OF_REENTERED)) {
+            o->flags |= OF_REENTERED;
+            ot_report(lc, j, CS_KIND_DLPACK_DESTRUCTOR_REENTERED, o, ev, 0, 0);
+            ot_hist_add(st, o, ev, j);
+        }
+        return 0;
+    }
     if (!o || ev->a != o->capsule)
         return 0;
     o->flags |= OF_CAPSULE_DEAD;

@@ -271,6 +271,8 @@ enum cs_name_state { CS_NAME_UNCONSUMED = 0, CS_NAME_USED = 1, CS_NAME_OTHER = 2
 /* CS_EV_DESTROY extra bits */
 #define CS_DESTROY_NO_DTOR 1u /* the capsule had no destructor */
 #define CS_DESTROY_TOOK 2u    /* its destructor read the pointer under the unconsumed name */
+#define CS_DESTROY_REENTERED 4u /* the destructor was entered again for this capsule while it
+                                 * ran (R4; written at the re-entry, before it runs) */
 
 /* cs_event.flags */
 #define CS_EVF_GIL 0x01         /* the calling thread held the GIL */

@@ -190,6 +190,17 @@ static int judge_redelete(cs_thread *t, PyObject_ *cap, void *mt)
 
 /* Stub k's body: the capsule is dying (capsule_dealloc); run the
  * producer's destructor dtors[k], then tell the lifecycle. */
+/* the capsule whose destructor this thread found re-entered (said once) */
+static __thread const void *reentered __attribute__((tls_model("initial-exec")));
+
+static void reentry_event(PyObject_ *cap, void *mt)
+{
+    cs_event ev = {.kind = CS_EV_DESTROY, .obj = (uint64_t)(uintptr_t)mt,
+                   .a = (uint64_t)(uintptr_t)cap, .aux = CS_NAME_OTHER,
+                   .extra = CS_DESTROY_REENTERED};
+    cs_emit(&ev, 1, NULL, NULL);
+}
+
 void cs_capsule_dtor_body(PyObject_ *cap, unsigned k)
 {
     cs_capsule_dtor orig = k < NSTUBS ? dtors[k] : NULL;
@@ -197,6 +208,14 @@ void cs_capsule_dtor_body(PyObject_ *cap, unsigned k)
     const char *name = cap_name(cap);
     int nk = name_kind(name);
     void *mt = cap_pointer(cap, name);
+    if (t && t->dtor_capsule == cap && cs_recording && reentered != cap) {
+        /* R4: the destructor resurrected the capsule it is destroying and
+         * it dies again inside itself: a recursion that ends in SIGSEGV.
+         * Said at the first re-entry (PyErr_WriteUnraisable(self), the
+         * usual way in, is caught before it: hook_WriteUnraisable) */
+        reentered = cap;
+        reentry_event(cap, mt);
+    }
     void *saved = t ? t->dtor_capsule : NULL;
     void *saved_pred = t ? t->predicted : NULL, *saved_fn = t ? t->predicted_fn : NULL;
     const void *saved_took = dtor_took;
@@ -221,6 +240,11 @@ void cs_capsule_dtor_body(PyObject_ *cap, unsigned k)
         return; /* numpy's owner capsule: its life is its array's */
     int took = t && dtor_took == cap;
     dtor_took = saved_took;
+    if (reentered == cap) {
+        if (saved == cap)
+            return; /* a re-entered call: the outermost one says how it died */
+        reentered = NULL;
+    }
     if (!cs_recording)
         return;
     cs_event ev = {.kind = CS_EV_DESTROY, .obj = (uint64_t)(uintptr_t)mt,
@@ -480,7 +504,37 @@ static int hook_SetPointer(PyObject_ *cap, void *p)
     return cs_py.Capsule_SetPointer(cap, p);
 }
 
+/* A capsule destructor reporting the capsule it destroys (numpy 1.22-2.0
+ * do on a name they do not expect) takes a reference to it and drops it:
+ * the dying capsule is deallocated again, inside its own destructor,
+ * until the stack runs out (R4). Said here, before that; with protect=1
+ * the capsule is kept alive through the call, so it dies once. */
+static void hook_WriteUnraisable(PyObject_ *obj)
+{
+    cs_thread *t = cs_thread_tls;
+    if (!obj || !t || t->dtor_capsule != obj || !cs_recording) {
+        cs_py.Err_WriteUnraisable(obj);
+        return;
+    }
+    if (reentered != obj) {
+        reentered = obj;
+        reentry_event(obj, cap_pointer(obj, cap_name(obj)));
+    }
+    if (!cs_opt.protect) {
+        cs_py.Err_WriteUnraisable(obj);
+        return;
+    }
+    /* its reference count is 0 while capsule_dealloc runs: one more keeps
+     * the reporting's own reference from ending at 0, and the count goes
+     * back to 0 for the dealloc under way */
+    intptr_t *refcnt = (intptr_t *)obj;
+    ++*refcnt;
+    cs_py.Err_WriteUnraisable(obj);
+    *refcnt = 0;
+}
+
 const cs_hook cs_capsule_hooks[] = {
+    {"PyErr_WriteUnraisable", (void *)hook_WriteUnraisable, NULL},
     {"PyCapsule_New", (void *)hook_New, NULL},
     {"PyCapsule_SetName", (void *)hook_SetName, NULL},
     {"PyCapsule_GetPointer", (void *)hook_GetPointer, NULL},

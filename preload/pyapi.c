@@ -31,6 +31,7 @@ int cs_pyapi_init(void)
     SYM(Unicode_AsUTF8, "PyUnicode_AsUTF8");
     SYM(Err_Fetch, "PyErr_Fetch");
     SYM(Err_Occurred, "PyErr_Occurred");
+    SYM(Err_WriteUnraisable, "PyErr_WriteUnraisable");
     SYM(Err_Restore, "PyErr_Restore");
     SYM(IncRef, "Py_IncRef");
     SYM(DecRef, "Py_DecRef");
@@ -62,6 +63,6 @@ int cs_pyapi_init(void)
                cs_py.Capsule_GetDestructor && cs_py.Capsule_SetPointer &&
                cs_py.Capsule_GetName && cs_py.IsInitialized && cs_py.GILState_Check &&
                cs_py.Code_Addr2Line && cs_py.Unicode_AsUTF8 && cs_py.Err_Fetch &&
-               cs_py.Err_Restore && cs_py.IncRef && cs_py.DecRef && cs_py.Err_Occurred;
+               cs_py.Err_Restore && cs_py.IncRef && cs_py.DecRef && cs_py.Err_Occurred && cs_py.Err_WriteUnraisable;
     return cs_py.ok;
 }

@@ -39,6 +39,7 @@ typedef struct cs_pyapi {
     void (*Err_Fetch)(PyObject_ **, PyObject_ **, PyObject_ **);
     void (*Err_Restore)(PyObject_ *, PyObject_ *, PyObject_ *);
     PyObject_ *(*Err_Occurred)(void); /* GIL held */
+    void (*Err_WriteUnraisable)(PyObject_ *);
     void (*IncRef)(PyObject_ *);
     void (*DecRef)(PyObject_ *);
     /* used by numpy.c: the NEP 49 channel and numpy's API table */

@@ -1,0 +1,101 @@
+"""Bugs that shipped in released libraries (issue 20): each is installed
+from the package registry into a venv of .ci/realworld, triggered by the
+smallest program, verified natively (an abort, a crash), caught by capsan
+with the right kind and Python line, and its fixed release (the venvs of
+.ci/venvs) is silent."""
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import (BUILD, SCENARIOS, STATIC_PY, assert_finding_at, base_env, current_python,
+                      findings, is_signal, kinds, run_capsan, summarize)
+
+
+def _realworld() -> dict:
+    out = {}
+    txt = BUILD / "realworld.txt"
+    if txt.exists():
+        for line in txt.read_text().splitlines():
+            parts = line.split(None, 1)
+            if len(parts) == 2:
+                out[parts[0]] = Path(parts[1])
+    return out
+
+
+REAL = _realworld()
+
+
+def released(name) -> Path:
+    if name not in REAL:
+        pytest.fail(f"no {name} venv (make realworld-venvs; .ci/realworld)", pytrace=False)
+    return REAL[name]
+
+
+def native(script, py, env=None):
+    return subprocess.run([str(py), str(script)], capture_output=True, text=True, timeout=120,
+                          env=base_env(env, py), stdin=subprocess.DEVNULL)
+
+
+NOGIL = SCENARIOS / "rw_deleter_nogil.py"
+REENTER = SCENARIOS / "rw_destructor_reentered.py"
+
+
+def test_numpy_1_23_deleter_without_gil(tmp_path):
+    """numpy 1.23.5's deleter, called by a consumer without the GIL: the
+    debug allocator aborts natively; capsan names the delete's line."""
+    py = released("numpy-1.23.5")
+    cp = native(NOGIL, py, {"PYTHONMALLOC": "debug"})
+    assert cp.returncode != 0 and "without holding the GIL" in cp.stderr, cp.stderr[-2000:]
+    res = run_capsan(NOGIL, tmp_path, interpreter=py)
+    assert res.returncode == 23 and "ok" in res.stdout, res.describe()
+    assert_finding_at(res, "dlpack-deleter-no-gil", NOGIL, "nogil-delete", event="call",
+                      innermost=False)
+    assert kinds(res.report) == {"dlpack-deleter-no-gil"}, summarize(res.report)
+
+
+def test_numpy_2_deleter_takes_the_gil(tmp_path):
+    """The fixed twin: numpy 2's deleter takes the GIL itself."""
+    py = current_python("cp311")
+    cp = native(NOGIL, py, {"PYTHONMALLOC": "debug"})
+    assert cp.returncode == 0 and "ok" in cp.stdout, cp.stderr[-2000:]
+    res = run_capsan(NOGIL, tmp_path, interpreter=py)
+    assert res.returncode == 0 and findings(res.report) == [], summarize(res.report)
+
+
+@pytest.mark.parametrize("which", ["numpy-1.23.5", "debian-numpy-1.24.2"])
+def test_numpy_destructor_reentered(tmp_path, which):
+    """numpy 1.22-2.0's destructor resurrects a capsule it does not know the
+    name of: SIGSEGV natively; capsan says dlpack-destructor-reentered at
+    the line the capsule died on, before the crash."""
+    py = STATIC_PY if which.startswith("debian") else released(which)
+    cp = native(REENTER, py)
+    assert is_signal(cp.returncode, 11), (cp.returncode, cp.stderr[-1500:])
+    res = run_capsan(REENTER, tmp_path, interpreter=py)
+    assert res.returncode != 0 and "ok" not in res.stdout, res.describe()
+    assert "dlpack-destructor-reentered" in res.stderr, res.stderr[-3000:]
+    assert_finding_at(res, "dlpack-destructor-reentered", REENTER, "dies", innermost=False)
+    # the consumer's own rename is the cause, said where it happened (R7)
+    assert_finding_at(res, "dlpack-bad-tensor", REENTER, "renamed", innermost=False)
+
+
+def test_numpy_destructor_reentered_protect(tmp_path):
+    """protect=1 stops the recursion: the program ends normally."""
+    py = released("numpy-1.23.5")
+    res = run_capsan(REENTER, tmp_path, interpreter=py, options=["protect=1"])
+    assert res.returncode == 23 and "ok" in res.stdout, res.describe()
+    assert len(findings(res.report, "dlpack-destructor-reentered")) == 1, summarize(res.report)
+
+
+def test_numpy_2_destructor_returns(tmp_path):
+    """The fixed twin: numpy 2.4 reports the unraisable and returns, no
+    recursion. What remains is true: the consumer's rename, and the tensor
+    (with its array) that numpy then declines to release."""
+    py = current_python("cp311")
+    cp = native(REENTER, py)
+    assert cp.returncode == 0 and "ok" in cp.stdout, cp.stderr[-2000:]
+    res = run_capsan(REENTER, tmp_path, interpreter=py)
+    assert res.returncode == 23 and "ok" in res.stdout, res.describe()
+    got = kinds(res.report)
+    assert "dlpack-bad-tensor" in got and "dlpack-destructor-reentered" not in got, got
+    assert got <= {"dlpack-bad-tensor", "dlpack-leak", "numpy-leak"}, summarize(res.report)
