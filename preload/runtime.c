@@ -22,6 +22,7 @@
 #include "livestate.h"
 #include "reach.h"
 #include "pyapi.h"
+#include "seenset.h"
 #include "spin.h"
 #include "stack.h"
 #include "tracefile.h"
@@ -168,21 +169,7 @@ unsigned cs_check_gil_slow(const void *site, int what)
         return 0;
     if (cs_in_nogil_deleter)
         what = CS_NOGIL_IN_DELETER;
-    uintptr_t key = (uintptr_t)site ^ (uintptr_t)what;
-    int fresh = 1;
-    cs_spin_lock(&nogil_mu);
-    for (size_t i = (key >> 4) % NOGIL_SITES, n = 0; n < NOGIL_SITES; i = (i + 1) % NOGIL_SITES, n++) {
-        if (nogil_sites[i] == key) {
-            fresh = 0;
-            break;
-        }
-        if (!nogil_sites[i]) {
-            nogil_sites[i] = key;
-            break;
-        }
-    }
-    cs_spin_unlock(&nogil_mu);
-    if (fresh) {
+    if (cs_seen_first(nogil_sites, NOGIL_SITES, &nogil_mu, (uintptr_t)site ^ (uintptr_t)what)) {
         cs_event ev = {.kind = CS_EV_NO_GIL, .obj = (uint64_t)(uintptr_t)site,
                        .aux = (uint16_t)what, .flags = CS_EVF_GIL_KNOWN};
         cs_emit(&ev, 1, NULL, NULL);

@@ -10,6 +10,7 @@
 #include "probe.h"
 #include "pyapi.h"
 #include "runtime.h"
+#include "seenset.h"
 #include "spin.h"
 #include "stack.h"
 
@@ -97,21 +98,7 @@ static cs_spin seen_mu = CS_SPIN_INIT;
 
 static int first_time(uintptr_t where, unsigned what)
 {
-    uintptr_t key = (where * 31) ^ what;
-    int fresh = 1;
-    cs_spin_lock(&seen_mu);
-    for (size_t i = (key >> 3) % SEEN, n = 0; n < SEEN; i = (i + 1) % SEEN, n++) {
-        if (seen[i] == key) {
-            fresh = 0;
-            break;
-        }
-        if (!seen[i]) {
-            seen[i] = key;
-            break;
-        }
-    }
-    cs_spin_unlock(&seen_mu);
-    return fresh;
+    return cs_seen_first(seen, SEEN, &seen_mu, ((where * 31) ^ what) | 1);
 }
 
 static void check_failed(uint64_t obj, int entry, unsigned code, int64_t rc, uint64_t value,

@@ -42,12 +42,10 @@ TIMEOUT = 120
 INTERPRETERS = {"static": STATIC_PY, "shared": PYSHARED}
 
 
-def _current_stack() -> dict:
-    """{"cp310": PYTHON, ...}: the venvs `make venvs` built (.ci/venvs), each
-    a pyenv CPython (shared libpython) with numpy 2; cp311 also has torch
-    2.13 and JAX. Their fixtures are in build/tests/TAG."""
+def tagged_pythons(listing: str) -> dict:
+    """{TAG: PYTHON} from a build/ listing of "TAG PYTHON" lines."""
     out = {}
-    txt = BUILD / "venvs.txt"
+    txt = BUILD / listing
     if txt.exists():
         for line in txt.read_text().splitlines():
             parts = line.split(None, 1)
@@ -56,7 +54,10 @@ def _current_stack() -> dict:
     return out
 
 
-CURRENT = _current_stack()
+# {"cp310": PYTHON, ...}: the venvs `make venvs` built (.ci/venvs), each a
+# pyenv CPython (shared libpython) with numpy 2; cp311 also has torch 2.13,
+# JAX and tvm-ffi. Their fixtures are in build/tests/TAG.
+CURRENT = tagged_pythons("venvs.txt")
 # every interpreter the machine has: Debian's two builds, then the venvs
 ALL_PYTHONS = {**INTERPRETERS, **CURRENT}
 

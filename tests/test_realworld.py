@@ -8,22 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from conftest import (BUILD, SCENARIOS, STATIC_PY, assert_finding_at, base_env, current_python,
-                      findings, is_signal, kinds, run_capsan, summarize)
+from conftest import (SCENARIOS, STATIC_PY, assert_finding_at, base_env, current_python,
+                      findings, is_signal, kinds, run_capsan, summarize, tagged_pythons)
 
 
-def _realworld() -> dict:
-    out = {}
-    txt = BUILD / "realworld.txt"
-    if txt.exists():
-        for line in txt.read_text().splitlines():
-            parts = line.split(None, 1)
-            if len(parts) == 2:
-                out[parts[0]] = Path(parts[1])
-    return out
-
-
-REAL = _realworld()
+# {NAME: PYTHON}: the venvs of .ci/realworld (make realworld-venvs)
+REAL = tagged_pythons("realworld.txt")
 
 
 def released(name) -> Path:
