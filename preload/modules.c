@@ -93,7 +93,8 @@ static int cb(struct dl_phdr_info *info, size_t size, void *data)
     if (!p)
         return 0;
     memcpy(p, &m, sizeof m);
-    memcpy(p + sizeof m, bid, bidlen);
+    if (bidlen) /* a module without a build id (some wheels' libraries) has bid NULL */
+        memcpy(p + sizeof m, bid, bidlen);
     memcpy(p + sizeof m + bidlen, path, plen + 1);
     cs_trace_commit(h, CS_REC_MODULE);
     if (!s && n == cap) {

@@ -109,3 +109,31 @@ def test_asan_runtime(tmp_path, name):
         assert cp.returncode == -11 and f"ERROR: capsan: {CRASH_HANDLER[name]}" in cp.stderr, (
             f"{name}: exit {cp.returncode}\n{cp.stderr[-6000:]}")
     assert traces, f"{name}: no trace (exit {cp.returncode})\n{cp.stderr[-3000:]}"
+
+
+# The exchange API on the current stack (torch 2.13, tvm-ffi: its wheels'
+# libraries, some without a build id) under the UBSan runtime
+XAPI_RUNS = {
+    "xk_" + m: ("xk_kernels.py", m) for m in
+    ("clean", "leak", "double_delete", "nogil", "bad_tensor", "stale_view", "data_freed",
+     "deleter_nogil")
+}
+XAPI_RUNS.update({"xp_" + m: ("xp_producers.py", m) for m in
+                  ("clean", "from_py_no_error", "alloc_no_seterror", "heap_table")})
+XAPI_RUNS["xapi_clean"] = ("xapi_clean.py", "all")
+
+
+@pytest.mark.parametrize("name", list(XAPI_RUNS))
+def test_ubsan_runtime_exchange_api(tmp_path, name):
+    from conftest import SCENARIOS, current_python, findings, run_capsan, summarize
+    require_san()
+    py = current_python("cp311")
+    script, mode = XAPI_RUNS[name]
+    args = [mode, 20] if script == "xapi_clean.py" else [mode]
+    res = run_capsan(SCENARIOS / script, tmp_path, interpreter=py, mode="preload",
+                     lib=UBSAN_LIB, options=["protect=1"], args=args, timeout=300,
+                     env={**SAN_ENV, "CAPSAN_XAPI_BUILD": str(BUILD / "tests" / "xapi-kernels")})
+    bad = sanitizer_reports(res.stderr)
+    assert not bad, f"{name}: sanitizer report\n{res.stderr[-6000:]}"
+    assert "ok" in res.stdout, res.describe()
+    assert bool(findings(res.report)) == ("clean" not in name), summarize(res.report)
