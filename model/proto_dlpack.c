@@ -115,11 +115,16 @@ static unsigned on_consume(cs_lifecycle *lc, stripe *st, obj *o, const cs_event 
 }
 
 /* R8, R25: a consumer's read of a consumed or released tensor (the
- * runtime records no other; the destructor's own reads are not events) */
+ * runtime records no other; the destructor's own reads are not events).
+ * Read by its consumed name while still consumed, it is its owner using
+ * what it owns (a consumer that keeps the capsule and releases the tensor
+ * at cleanup): not a second consumption. */
 static unsigned on_getptr(cs_lifecycle *lc, stripe *st, obj *o, const cs_event *ev, judge *j)
 {
     if (!o || !(o->state == CS_ST_CONSUMED || o->state == CS_ST_RELEASED) ||
         (ev->flags & CS_EVF_IN_DTOR))
+        return 0;
+    if (ev->kind == CS_EV_GETPTR_USED && o->state == CS_ST_CONSUMED)
         return 0;
     if (o->state == CS_ST_RELEASED && (o->flags & OF_NOT_RENAMED))
         return 0; /* the unrenamed capsule: already explained */

@@ -145,7 +145,7 @@ def test_reconsume(tmp_path, anypy):
     script = S / "dl_reconsume.py"
     res = run_capsan(script, tmp_path, interpreter=anypy)
     error_exit(res)
-    assert "sums 28.0 28.0 deleted 1" in res.stdout, res.describe()
+    assert "sums 28.0 True deleted 1" in res.stdout, res.describe()
     assert_finding_at(res, "dlpack-reconsume", script, "reconsume")
     only_kinds(res, ["dlpack-reconsume"])
     assert_lsan_stderr(res.stderr, "dlpack-reconsume")
@@ -153,6 +153,16 @@ def test_reconsume(tmp_path, anypy):
     assert f"=={pid}==ERROR: capsan: dlpack-reconsume" in res.stderr, res.stderr
     line = marker_line(script, "reconsume")
     assert f"dl_reconsume.py:{line}" in res.stderr, res.stderr
+
+
+def test_owner_reading_its_consumed_capsule_is_clean(tmp_path, anypy):
+    """The consumer that keeps its consumed capsules and releases at cleanup
+    by the consumed name uses what it owns: no dlpack-reconsume."""
+    script = S / "dl_owner_cleanup.py"
+    res = run_capsan(script, tmp_path, interpreter=anypy)
+    assert res.returncode == 0, res.describe()
+    assert "kept [28.0, 28.0] released 2 deleted 1" in res.stdout, res.describe()
+    assert findings(res.report) == [], res.describe()
 
 
 def test_reconsume_after_rename_back(tmp_path):

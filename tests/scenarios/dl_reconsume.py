@@ -1,6 +1,6 @@
-"""A consumer that consumes an already consumed capsule (dlpack-reconsume):
-it renames to used_dltensor, then takes the pointer again with
-PyCapsule_GetPointer(cap, "used_dltensor") and reads the tensor again."""
+"""A consumer that takes a released tensor again (dlpack-reconsume): it
+renames to used_dltensor, reads, releases, then takes the pointer again
+with PyCapsule_GetPointer(cap, "used_dltensor")."""
 import dlconsumer as C
 import dlproducer as P
 
