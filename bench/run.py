@@ -18,7 +18,16 @@ longrun(): bench/longrun.py, 50 million DLPack exchange and NumPy allocation
 events in one process (BENCH_LONGRUN_EVENTS sets the number), plain and
 under capsan, and the same at a tenth of that: capsan's RSS above the plain
 run at each checkpoint and its trace, which must not grow with the number
-of events. BENCH_ONLY=longrun runs only that."""
+of events. BENCH_ONLY=longrun runs only that.
+
+xapi_calls(): W3 (bench/xapi_calls.py), 200,000 tvm-ffi calls taking and
+returning a torch tensor, on the cp311 venv (apache-tvm-ffi); skipped
+with a message where tvm_ffi does not import. BENCH_ONLY=w3 runs only that.
+
+icount.main() (bench/icount.py): instructions per loop iteration of W1,
+W2 and W3 under callgrind, plain, under capsan (stacks on, off) and under
+memray: the figures that do not drift. It runs first; BENCH_ONLY=icount
+runs only that (`make bench-quick` adds BENCH_CG_QUICK=1)."""
 import glob
 import json
 import os
@@ -30,9 +39,11 @@ import sys
 import tempfile
 import time
 
+import icount  # bench/icount.py
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PY = "/usr/bin/python3"
-LIB = os.path.join(ROOT, "build", "lib", "libcapsan.so")
+LIB = os.environ.get("BENCH_LIB") or os.path.join(ROOT, "build", "lib", "libcapsan.so")
 REPEAT = int(os.environ.get("BENCH_REPEAT", "5"))
 
 
@@ -316,6 +327,37 @@ def roundtrips():
         print(f"  {cfg:30s} {cells}   target (issue 2) <= {limit:.2f}x: {verdict}")
 
 
+W3_TARGET = ("capsan, native+python stacks", 1.3)
+
+
+def xapi_calls():
+    """W3 (bench/xapi_calls.py) on the cp311 venv: tvm-ffi calls through
+    DLPack 1.3's exchange API, no capsules. Target (issue 21): stacks on
+    <= 1.3x plain. BENCH_ONLY=w3 runs only this."""
+    n = os.environ.get("BENCH_XAPI_CALLS", "200000")
+    py = venv_python("cp311")
+    if not py:
+        print("W3 tvm-ffi calls: skipped, no cp311 venv (make venvs)")
+        return
+    probe = subprocess.run([py, "-c", "import tvm_ffi, torch; print(tvm_ffi.__version__)"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if probe.returncode != 0:
+        why = (probe.stderr.strip().splitlines() or ["?"])[-1]
+        print(f"W3 tvm-ffi calls: skipped, tvm_ffi does not import in {py} ({why}); "
+              f"apache-tvm-ffi comes with the cp311 venv of make venvs")
+        return
+    np_v, torch_v = stack_versions(py)
+    r = measure(f"W3 tvm-ffi calls taking and returning a torch tensor ({n} calls of "
+                f"testing.echo), cp311: torch {torch_v}, tvm_ffi {probe.stdout.strip()}",
+                [py, os.path.join(ROOT, "bench", "xapi_calls.py"), n],
+                [("plain", None),
+                 ("capsan, native+python stacks", ""),
+                 ("capsan, stacks off", "native_depth=0:python_depth=0")], inner=True)
+    cfg, limit = W3_TARGET
+    verdict = "met" if r[cfg] <= limit else "NOT met"
+    print(f"  target (issue 21): {cfg} <= {limit:.2f}x by wall time: {r[cfg]:.2f}x, {verdict}")
+
+
 TRACE_RECORDS = {1: "PAD", 2: "PROCESS", 3: "MODULE", 4: "CODE", 5: "FRAME", 6: "EVENT",
                  7: "THREAD", 8: "END", 9: "OPTIONS", 10: "COUNTS"}
 
@@ -457,6 +499,12 @@ def startup():
 
 
 def main():
+    if os.environ.get("BENCH_ONLY") == "icount":
+        icount.main()
+        return
+    if os.environ.get("BENCH_ONLY") == "w3":
+        xapi_calls()
+        return
     if os.environ.get("BENCH_ONLY") == "startup":
         startup()
         return
@@ -475,7 +523,9 @@ def main():
     if os.environ.get("BENCH_ONLY") == "longrun":
         longrun()
         return
+    icount.main()
     roundtrips()
+    xapi_calls()
     numpy_alloc()
     startup()
     allocator_cost()
