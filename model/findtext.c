@@ -188,6 +188,10 @@ static const char *bad_text(uint32_t d)
     case CS_BAD_FLAGS: return "flags has unknown bits (R21)";
     case CS_BAD_MUTATED: return "shape, strides or data changed while the tensor was on loan (R20)";
     case CS_BAD_RENAME: return "the capsule was renamed to a name other than used_dltensor (R7)";
+    case CS_BAD_RENAME_VERSION:
+        return "the capsule was renamed to the other DLPack version's consumed name (used_dltensor "
+               "for a dltensor_versioned capsule, or used_dltensor_versioned for a dltensor one; "
+               "R8): its producer's destructor does not see it consumed and releases it";
     case CS_BAD_NULL_DATA: return "data is NULL although the tensor has elements (R17)";
     case CS_BAD_BOOL_BITS: return "bool dtype with bits != 8 (R18)";
     case CS_BAD_HANDLER_NAME: return "the handler capsule is not named 'mem_handler' (R27)";
@@ -276,6 +280,10 @@ const char *cs_finding_message(const cs_finding *f, char *buf, size_t n)
             snprintf(buf, n, "deleter of %s 0x%llx called twice: the producer's capsule "
                      "destructor released it although it was consumed "
                      "(dlpack-unchecked-destructor), and now its consumer deletes it", t, p);
+        else if (f->detail == CS_KIND_DLPACK_BAD_TENSOR)
+            snprintf(buf, n, "deleter of %s 0x%llx called twice: its consumer renamed the capsule "
+                     "to the other DLPack version's consumed name (dlpack-bad-tensor), so the "
+                     "producer's destructor released it, and now the consumer deletes it", t, p);
         else if (f->detail == CS_KIND_DLPACK_NOT_RENAMED)
             snprintf(buf, n, "deleter of %s 0x%llx called twice: its consumer released it "
                      "without renaming the capsule (dlpack-not-renamed), and now the "
@@ -383,7 +391,8 @@ const char *cs_finding_message(const cs_finding *f, char *buf, size_t n)
         /* a missing pointer or a change has no offending value to show */
         if (f->detail == CS_BAD_NULL_SHAPE || f->detail == CS_BAD_NULL_STRIDES_V12 ||
             f->detail == CS_BAD_NULL_DATA || f->detail == CS_BAD_MUTATED || f->detail == CS_BAD_RENAME ||
-            f->detail == CS_BAD_UNREADABLE || f->detail == CS_BAD_UNREADABLE_SHAPE)
+            f->detail == CS_BAD_UNREADABLE || f->detail == CS_BAD_UNREADABLE_SHAPE ||
+            f->detail == CS_BAD_RENAME_VERSION)
             snprintf(buf, n, "%s 0x%llx: %s", t, p, bad_text(f->detail));
         else
             snprintf(buf, n, "%s 0x%llx: %s (value %lld)", t, p, bad_text(f->detail),

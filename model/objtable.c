@@ -451,7 +451,7 @@ void cs_lc_fork_child(cs_lifecycle *lc)
     for (int i = 0; i < NSTRIPES; i++)
         for (size_t k = 0; k < lc->s[i].cap; k++) {
             obj *o = &lc->s[i].tab[k];
-            o->flags &= (uint16_t)~OF_TRACED;
+            o->flags &= (uint32_t)~OF_TRACED;
             o->nflushed = 0;
             o->slot = 0; /* in the parent's file: cs_lc_remirror makes new ones */
         }

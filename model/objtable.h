@@ -31,6 +31,8 @@
                               * during interpreter shutdown: leaked (judged at exit) */
 #define OF_XAPI 0x2000      /* born through the exchange API: no capsule (R50-R56) */
 #define OF_REENTERED 0x8000 /* dlpack-destructor-reentered already reported */
+#define OF_WRONG_NAME 0x10000 /* its consumer renamed it to the other version's used_* name
+                               * (R8): the producer's destructor will release it */
 #define OF_VIEW 0x4000      /* a non-owning exchange-API view: never a leak (R53) */
 #define OF_UNRENAMED 0x400   /* released while its capsule still had the unconsumed name:
                               * dlpack-not-renamed unless the consumer renames it next */
@@ -40,9 +42,9 @@ typedef struct obj {
     uint32_t gen;      /* bumped on reuse, matches tombstone FIFO entries */
     uint8_t ns;
     uint8_t state;     /* cs_obj_state */
-    uint16_t flags;
     uint8_t nhist;
     uint8_t nflushed;  /* history events already given to the sink */
+    uint32_t flags;    /* OF_* */
     uint32_t slot;     /* its live-state slot (cs_lc_live_put), 0 = none */
     uint64_t capsule;  /* the exporting capsule */
     uint64_t data;     /* DLPack: dl_tensor.data as consumed (0 if not known) */

@@ -8,7 +8,7 @@
 
 void cs_dl_not_renamed(cs_lifecycle *lc, stripe *st, obj *o, const cs_event *ev, judge *j)
 {
-    o->flags &= (uint16_t)~OF_UNRENAMED;
+    o->flags &= (uint32_t)~OF_UNRENAMED;
     o->flags |= OF_NOT_RENAMED;
     if (ev)
         ot_hist_add(st, o, ev, j);
@@ -33,7 +33,7 @@ static unsigned on_export(cs_lifecycle *lc, stripe *st, obj *o, const cs_event *
         /* the same live struct in a second capsule: judge the newest */
         ot_hist_add(st, o, ev, j);
         o->capsule = ev->a;
-        o->flags &= (uint16_t)~(OF_CAPSULE_DEAD | OF_CAPSULE_USED);
+        o->flags &= (uint32_t)~(OF_CAPSULE_DEAD | OF_CAPSULE_USED);
         return 0;
     }
     if (!o && !(o = ot_insert(st, ev->obj, CS_NS_DLPACK)))
@@ -89,7 +89,7 @@ static unsigned on_consume(cs_lifecycle *lc, stripe *st, obj *o, const cs_event 
         /* released, then renamed: the consumer took ownership and let go
          * before it renamed (JAX does, when it copies the data). The name
          * now keeps the producer's destructor away: no harm done */
-        o->flags &= (uint16_t)~OF_UNRENAMED;
+        o->flags &= (uint32_t)~OF_UNRENAMED;
         o->flags |= OF_CAPSULE_USED;
         ot_hist_add(st, o, ev, j);
         return CS_VERDICT_LATE_RENAME;
@@ -100,6 +100,8 @@ static unsigned on_consume(cs_lifecycle *lc, stripe *st, obj *o, const cs_event 
         return 0;
     }
     o->state = CS_ST_CONSUMED;
+    if (ev->aux & CS_CONSUME_WRONG_NAME)
+        o->flags |= OF_WRONG_NAME; /* its producer will not see it consumed */
     if (!(ev->flags & CS_EVF_OFFSET_IGNORED))
         o->data = ev->c;
     if (o->data && cs_lc_data_watch)
@@ -166,7 +168,10 @@ static unsigned delete_created(stripe *st, obj *o, const cs_event *ev, judge *j,
 static unsigned delete_consumed(cs_lifecycle *lc, stripe *st, obj *o, const cs_event *ev, judge *j,
                                 int in_own_dtor)
 {
-    if (!in_own_dtor) {
+    if (!in_own_dtor || (o->flags & OF_WRONG_NAME)) {
+        /* (a destructor that found its capsule under the other version's
+         * consumed name rightly took it for unconsumed: the consumer's
+         * rename is the fault, said at the rename) */
         ot_hist_add(st, o, ev, j);
         ot_entomb(st, o);
         return 0;
@@ -196,6 +201,8 @@ static unsigned delete_released(cs_lifecycle *lc, stripe *st, obj *o, const cs_e
         cause = CS_KIND_DLPACK_NOT_RENAMED; /* predicted, once something else said it */
     else if ((o->flags & OF_UNCHECKED) && !in_own_dtor)
         cause = CS_KIND_DLPACK_UNCHECKED_DESTRUCTOR; /* the consumer's, after the producer's */
+    else if ((o->flags & OF_WRONG_NAME) && !in_own_dtor)
+        cause = CS_KIND_DLPACK_BAD_TENSOR; /* after the destructor the wrong name misled */
     else if (in_own_dtor && (o->flags & OF_CAPSULE_USED)) {
         if (!(o->flags & OF_UNCHECKED)) {
             o->flags |= OF_UNCHECKED;

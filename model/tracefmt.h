@@ -231,6 +231,8 @@ enum cs_nogil { CS_NOGIL_CAPSULE = 1, CS_NOGIL_HANDLER = 2, CS_NOGIL_IN_DELETER 
 
 /* CS_EV_EXPORT / CS_EV_CONSUME aux bits */
 #define CS_DLV_VERSIONED 1u
+#define CS_CONSUME_WRONG_NAME 2u /* CONSUME only: renamed to the other version's used_* name
+                                  * (a dltensor_versioned capsule used_dltensor, or back) */
 /* an EXPORT through the exchange API: the birth of an owned tensor (it is
  * consumed from the start), a struct its caller handed to to_py (HANDED:
  * to_py took it; else the call failed and the caller still owns it), or a
@@ -306,6 +308,7 @@ enum cs_bad {
     CS_BAD_BOOL_BITS,        /* R18: bool with bits != 8 */
     CS_BAD_UNREADABLE,       /* R1: the capsule's pointer is not readable memory */
     CS_BAD_UNREADABLE_SHAPE, /* R15: shape is not readable memory */
+    CS_BAD_RENAME_VERSION,   /* R8: renamed to the other DLPack version's consumed name */
     /* NumPy handlers (R27) */
     CS_BAD_HANDLER_NAME = 32,  /* capsule not named mem_handler */
     CS_BAD_HANDLER_VERSION,    /* version != 1 */

@@ -399,9 +399,13 @@ static int hook_SetName(PyObject_ *cap, const char *name)
     if (rc != 0 || !e.mt)
         return rc;
     if (nk == NK_USED || nk == NK_USEDV) {
+        /* R8: a versioned capsule's consumed name is used_dltensor_versioned */
+        int wrong = (nk == NK_USED && ok == NK_DLV) || (nk == NK_USEDV && ok == NK_DL);
         cs_event ev = {.kind = CS_EV_CONSUME, .obj = (uint64_t)(uintptr_t)e.mt,
                        .a = (uint64_t)(uintptr_t)cap, .b = (uint64_t)(uintptr_t)ret,
-                       .aux = e.versioned ? CS_DLV_VERSIONED : 0, .flags = g};
+                       .aux = (uint16_t)((e.versioned ? CS_DLV_VERSIONED : 0) |
+                                         (wrong ? CS_CONSUME_WRONG_NAME : 0)),
+                       .flags = g};
         /* R20: the loaned metadata must not have changed since export */
         uint64_t off, data;
         uint32_t fp = cs_dl_consume_view(e.mt, e.versioned, &off, &data);
@@ -420,6 +424,11 @@ static int hook_SetName(PyObject_ *cap, const char *name)
             cs_dl_check_loan(&ev, &origin, fp);
         if (found && origin.kind == CS_EV_EXPORT && (origin.flags & CS_EVF_NULL_DELETER))
             cs_dl_took_null(e.mt);
+        if (wrong) {
+            cs_event b = {.kind = CS_EV_BAD_TENSOR, .obj = ev.obj, .a = ev.a, .aux = 8,
+                          .extra = CS_BAD_RENAME_VERSION, .stack = ev.stack};
+            cs_emit(&b, 0, NULL, NULL);
+        }
 
     } else if (nk == NK_DL || nk == NK_DLV) {
         atomic_store_explicit(&cs_dl_unconsumed_released, 1, memory_order_relaxed);

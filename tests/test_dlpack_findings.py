@@ -647,3 +647,37 @@ def test_double_delete_after_unchecked_destructor(tmp_path, anypy):
     safe = run_capsan(script, tmp_path / "safe", interpreter=anypy, options=["protect=1"])
     assert safe.returncode == DEFAULT_EXITCODE and "survived" in safe.stdout, safe.describe()
     only_kinds(safe, ["dlpack-unchecked-destructor"])
+
+
+# ---------------------------------------------------------------- consumed names across versions (R8)
+
+def test_consumer_renames_versioned_capsule_old_name(tmp_path, anypy):
+    """A 0.x consumer renames a versioned capsule "used_dltensor": its own
+    fault (dlpack-bad-tensor at the rename), not the producer's, whose
+    destructor rightly took the capsule for unconsumed; the consumer's
+    release is then the second (protect=1 skips it)."""
+    script = S / "dl_rename_versions.py"
+    res = run_capsan(script, tmp_path, interpreter=anypy, args=["consumer"],
+                     options=["protect=1"])
+    error_exit(res)
+    assert "ok 1" in res.stdout, res.describe()
+    f = assert_finding_at(res, "dlpack-bad-tensor", script, "old-name", innermost=False)
+    assert "other DLPack version's consumed name" in f["message"], f["message"]
+    d = assert_finding_at(res, "dlpack-double-delete", script, "second-release", event="delete",
+                          innermost=False)
+    assert "dlpack-bad-tensor" in d["message"], d["message"]
+    only_kinds(res, ["dlpack-bad-tensor", "dlpack-double-delete"])
+
+
+def test_producer_knows_only_old_consumed_name(tmp_path, anypy):
+    """A consumer renames correctly (used_dltensor_versioned); the producer's
+    destructor knows only used_dltensor and releases the tensor again: the
+    producer's fault (dlpack-unchecked-destructor)."""
+    script = S / "dl_rename_versions.py"
+    res = run_capsan(script, tmp_path, interpreter=anypy, args=["producer"],
+                     options=["protect=1"])
+    error_exit(res)
+    assert "ok 1" in res.stdout, res.describe()
+    assert_finding_at(res, "dlpack-unchecked-destructor", script, "producer-deletes",
+                      innermost=False)
+    only_kinds(res, ["dlpack-unchecked-destructor"])
