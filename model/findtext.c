@@ -73,6 +73,7 @@ const char *cs_event_name(const cs_event *ev)
     case CS_EV_NP_REACHABLE:
     case CS_EV_REACHABLE: return "reachable";
     case CS_EV_NP_WRAP: return "wrap";
+    case CS_EV_ERR_STATE: return "error-state";
     }
     return "event";
 }
@@ -128,6 +129,8 @@ const char *cs_event_phrase(const cs_finding *f, int i)
     case CS_EV_NP_ALLOC: return "allocated at";
     case CS_EV_NP_FREE: return earlier ? "freed again at" : "freed at";
     case CS_EV_NP_HANDLER: return "handler installed at";
+    case CS_EV_ERR_STATE:
+        return ev->a ? "its capsule destructor returned at" : "its deleter returned at";
     case CS_EV_NP_REACHABLE:
     case CS_EV_REACHABLE: return "still referenced at the end: its address is stored in the process's memory";
     case CS_EV_NP_WRAP:
@@ -369,6 +372,17 @@ const char *cs_finding_message(const cs_finding *f, char *buf, size_t n)
                  "it is destroying: it brought the dying capsule back to life (for example "
                  "PyErr_WriteUnraisable(self) on a name it does not expect, R4) and the capsule "
                  "dies again inside it, a recursion that ends in SIGSEGV", t, p);
+        break;
+    case CS_KIND_DLPACK_ERROR_CLOBBERED:
+        snprintf(buf, n, "the %s of %s 0x%llx %s the Python error indicator (R5): %s",
+                 f->value ? "capsule destructor" : "deleter", t, p,
+                 f->detail == CS_ERRST_CLEARED    ? "cleared a pending exception from"
+                 : f->detail == CS_ERRST_REPLACED ? "replaced a pending exception in"
+                                                  : "returned with a new exception left in",
+                 f->detail == CS_ERRST_LEFT
+                     ? "it surfaces later, at an unrelated line, or as SystemError"
+                     : "the caller's exception is lost (its caller may raise SystemError); save "
+                       "it with PyErr_Fetch and restore it with PyErr_Restore");
         break;
     case CS_KIND_DLPACK_STALE_VIEW:
         snprintf(buf, n, "the memory the non-owning view 0x%llx (dltensor_from_py_object_no_sync) "

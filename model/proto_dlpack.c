@@ -356,6 +356,25 @@ static unsigned on_destroy(cs_lifecycle *lc, stripe *st, obj *o, const cs_event 
     return 0;
 }
 
+/* R5: a destructor or deleter must leave the caller's error indicator as
+ * it found it: one that clears it (PyErr_Clear after a failed
+ * PyCapsule_GetPointer) makes its caller raise SystemError or lose the
+ * error; one that leaves a new one set surfaces it at an unrelated line */
+static unsigned on_err_state(cs_lifecycle *lc, stripe *st, obj *o, const cs_event *ev, judge *j)
+{
+    if (!o) {
+        obj tmp = {.key = ev->obj};
+        ot_report(lc, j, CS_KIND_DLPACK_ERROR_CLOBBERED, &tmp, ev, ev->aux, ev->a);
+        return 0;
+    }
+    if (o->flags & OF_CLOBBERED)
+        return 0;
+    o->flags |= OF_CLOBBERED;
+    ot_report(lc, j, CS_KIND_DLPACK_ERROR_CLOBBERED, o, ev, ev->aux, ev->a);
+    ot_hist_add(st, o, ev, j);
+    return 0;
+}
+
 const cs_protocol cs_proto_dlpack = {
     .name = "DLPack capsules",
     .ns = CS_NS_DLPACK,
@@ -373,5 +392,6 @@ const cs_protocol cs_proto_dlpack = {
         [CS_EV_DATA_FREED] = on_data_freed,
         [CS_EV_DROPPED] = on_dropped,
         [CS_EV_REACHABLE] = on_reachable,
+        [CS_EV_ERR_STATE] = on_err_state,
     },
 };

@@ -32,7 +32,7 @@ extern const cs_protocol cs_proto_dlpack, cs_proto_xapi, cs_proto_numpy;
 /* The protocol an event belongs to. */
 static inline const cs_protocol *cs_protocol_of(const cs_event *ev)
 {
-    if (ev->kind >= CS_EV_NP_ALLOC)
+    if (CS_EV_IS_NUMPY(ev->kind))
         return &cs_proto_numpy;
     if (ev->kind == CS_EV_XHANDOVER || ev->kind == CS_EV_XCHECK ||
         (ev->kind == CS_EV_EXPORT && (ev->aux & CS_DLV_X)) ||

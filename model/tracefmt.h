@@ -204,7 +204,7 @@ enum cs_event_kind {
     CS_EV_XCHECK = 15,      /* an exchange-API call broke its contract (R51-R56) or a table
                              * is malformed (R50): obj=tensor or table; aux=CS_XC_*;
                              * a=return code, b=value, extra=entry (CS_XE_*) */
-    /* NumPy data memory (issue 3); obj = the data pointer */
+    /* NumPy data memory (issue 3), kinds 16..23; obj = the data pointer */
     CS_EV_NP_ALLOC = 16,    /* a=size b=handler capsule c=handler struct */
     CS_EV_NP_FREE = 17,     /* b=handler capsule c=handler struct; extra=CS_STALE_* or 0 */
     CS_EV_NP_HANDLER = 18,  /* handler seen: obj=handler struct a=capsule; extra=CS_BAD_* or 0 */
@@ -215,7 +215,14 @@ enum cs_event_kind {
     CS_EV_NP_WRAP = 21,     /* an extension made an array around the memory obj lies in
                              * (stack: where); a=array data, b=bytes spanned, c=lowest
                              * byte. Emitted just before the NP_FOREIGN_FREE of obj. */
+    /* DLPack again, from 24 */
+    CS_EV_ERR_STATE = 24,   /* a capsule destructor (a = capsule) or a deleter (a = 0) returned
+                             * with the Python error indicator changed: aux = CS_ERRST_* */
 };
+/* the namespace an event's object is in: NumPy's kinds are 16..23 */
+#define CS_EV_IS_NUMPY(kind) ((kind) >= CS_EV_NP_ALLOC && (kind) < 24)
+/* CS_EV_ERR_STATE aux: what became of the error indicator (R5) */
+enum cs_errst { CS_ERRST_CLEARED = 1, CS_ERRST_REPLACED = 2, CS_ERRST_LEFT = 3 };
 
 /* CS_EV_NP_FREE extra: why the handler freeing a block is not fit to */
 enum cs_stale {

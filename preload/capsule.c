@@ -223,8 +223,13 @@ void cs_capsule_dtor_body(PyObject_ *cap, unsigned k)
     int skip = orig && nk != NK_USED && nk != NK_USEDV && judge_redelete(t, cap, mt);
     if (t)
         t->dtor_capsule = cap;
-    if (orig && !skip)
+    if (orig && !skip) {
+        int err_gil;
+        PyObject_ *err = cs_dl_err_before(&err_gil);
         orig(cap);
+        if (nk != NK_NPDL)
+            cs_dl_err_after(err_gil, err, mt, cap);
+    }
     /* the capsule is freed next, and nothing reads its pointer after the
      * destructor: a stale copy in freed memory would make the tensor look
      * referenced to the reachability scan at _exit (reach.c) */

@@ -13,6 +13,27 @@ __thread cs_dl_pending_t cs_dl_pending __attribute__((tls_model("initial-exec"))
 _Atomic int cs_dl_unconsumed_released;
 
 void *cs_dl_last_null(void) { return last_null; }
+
+PyObject_ *cs_dl_err_before(int *gil)
+{
+    *gil = cs_recording && cs_py.ok && cs_py_live() && cs_gil_held();
+    return *gil ? cs_py.Err_Occurred() : NULL;
+}
+
+void cs_dl_err_after(int gil, PyObject_ *before, void *mt, PyObject_ *cap)
+{
+    if (!gil)
+        return;
+    PyObject_ *after = cs_py.Err_Occurred();
+    if (after == before)
+        return;
+    cs_event ev = {.kind = CS_EV_ERR_STATE, .obj = (uint64_t)(uintptr_t)mt,
+                   .a = (uint64_t)(uintptr_t)cap,
+                   .aux = (uint16_t)(!after ? CS_ERRST_CLEARED : before ? CS_ERRST_REPLACED
+                                                                        : CS_ERRST_LEFT),
+                   .flags = CS_EVF_GIL_KNOWN | CS_EVF_GIL};
+    cs_emit(&ev, 1, NULL, NULL);
+}
 void cs_dl_took_null(void *mt) { last_null = mt; }
 
 void cs_dl_check_loan(const cs_event *ev, const cs_event *export, uint32_t fp)
@@ -78,7 +99,10 @@ void cs_dl_deleter_tramp(void *mt)
     if (nogil)
         cs_deleter_nogil(1);
     unsigned frees = cs_frees;
+    int err_gil;
+    PyObject_ *err = cs_dl_err_before(&err_gil);
     ((void (*)(void *))(uintptr_t)origin.b)(mt);
+    cs_dl_err_after(err_gil, err, mt, NULL);
     if (nogil)
         cs_deleter_nogil(0);
     if (python && !live && cs_frees == frees) {

@@ -76,7 +76,7 @@ static void maybe_counts(uint64_t now)
 
 static int ns_of(const cs_event *ev)
 {
-    return ev->kind >= CS_EV_NP_ALLOC ? CS_NS_NUMPY : CS_NS_DLPACK;
+    return CS_EV_IS_NUMPY(ev->kind) ? CS_NS_NUMPY : CS_NS_DLPACK;
 }
 
 static void halt(void);

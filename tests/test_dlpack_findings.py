@@ -681,3 +681,27 @@ def test_producer_knows_only_old_consumed_name(tmp_path, anypy):
     assert_finding_at(res, "dlpack-unchecked-destructor", script, "producer-deletes",
                       innermost=False)
     only_kinds(res, ["dlpack-unchecked-destructor"])
+
+
+# ---------------------------------------------------------------- the error indicator (R5)
+
+def test_destructor_clears_pending_error(tmp_path, anypy):
+    """A destructor that clears the error indicator turns the consumer's
+    TypeError into SystemError (natively too); capsan names the call."""
+    script = S / "dl_error_clobbered.py"
+    plain = run_plain(script, interpreter=anypy)
+    assert plain.stdout.strip() == "SystemError", plain.stdout + plain.stderr
+    res = run_capsan(script, tmp_path, interpreter=anypy)
+    error_exit(res)
+    assert "SystemError" in res.stdout, res.describe()
+    f = assert_finding_at(res, "dlpack-error-clobbered", script, "refused", event="error-state",
+                          innermost=False)
+    assert "cleared a pending exception" in f["message"], f["message"]
+    only_kinds(res, ["dlpack-error-clobbered"])
+
+
+def test_destructor_leaving_error_alone_is_clean(tmp_path, anypy):
+    script = S / "dl_error_clobbered.py"
+    res = run_capsan(script, tmp_path, interpreter=anypy, args=["good"])
+    assert res.returncode == 0 and "TypeError" in res.stdout, res.describe()
+    assert findings(res.report) == [], res.describe()

@@ -47,6 +47,7 @@ COVERED = {
                                  "test_exchange_api.py::test_xapi_contract_allocator_set_error"],
     "dlpack-bad-exchange-table": ["test_exchange_api.py::test_xapi_bad_table"],
     "dlpack-stale-view": ["test_exchange_api.py::test_xapi_stale_view"],
+    "dlpack-error-clobbered": ["test_dlpack_findings.py::test_destructor_clears_pending_error"],
     "dlpack-destructor-reentered": ["test_realworld.py::test_numpy_destructor_reentered",
                                     "test_realworld.py::test_numpy_destructor_reentered_protect"],
     "numpy-handler-no-gil": ["test_gil.py::test_numpy_handler_without_gil"],
