@@ -170,8 +170,14 @@ def test_reconsume_after_rename_back(tmp_path):
     when a capsule was given an unconsumed name again."""
     script = S / "dl_renamed_back.py"
     res = run_capsan(script, tmp_path, options=["protect=1"])
-    error_exit(res)
-    assert "consumed twice 28.0" in res.stdout, res.describe()
+    # the second consumer reads the released struct, freed memory: what it
+    # finds there depends on the heap (glibc's free list writes its link
+    # over `data`), so it may die of SIGSEGV; capsan has said it by then
+    if is_signal(res.returncode, 11):
+        assert "ERROR: capsan: dlpack-reconsume" in res.stderr, res.describe()
+    else:
+        error_exit(res)
+        assert "consumed twice 28.0" in res.stdout, res.describe()
     # the read through the capsule that claims to be unused
     assert_finding_at(res, "dlpack-reconsume", script, "reconsume", event="reconsume")
     # and what follows from it: the released struct's memory no longer

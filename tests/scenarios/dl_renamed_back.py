@@ -1,8 +1,9 @@
 """A capsule renamed back to "dltensor" after its tensor was consumed and
 released, then consumed again (dlpack-reconsume): the second consumer reads
 a released DLManagedTensor through a capsule that claims to be unused. Its
-deleter then runs a second time (dlpack-double-delete; protect=1 skips it
-so the program survives)."""
+deleter then runs a second time (dlpack-double-delete; protect=1 skips
+it). The read of the released struct is a use after free: depending on
+the heap it returns garbage or faults, after capsan has reported it."""
 import ctypes
 
 import dlconsumer as C
