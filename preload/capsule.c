@@ -224,8 +224,8 @@ void cs_capsule_dtor_body(PyObject_ *cap, unsigned k)
     if (t)
         t->dtor_capsule = cap;
     if (orig && !skip) {
-        int err_gil;
-        PyObject_ *err = cs_dl_err_before(&err_gil);
+        int err_gil = cs_recording && cs_py.ok && cs_py_live() && cs_gil_held();
+        PyObject_ *err = cs_dl_err_before(err_gil);
         orig(cap);
         if (nk != NK_NPDL)
             cs_dl_err_after(err_gil, err, mt, cap);

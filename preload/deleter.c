@@ -14,10 +14,9 @@ _Atomic int cs_dl_unconsumed_released;
 
 void *cs_dl_last_null(void) { return last_null; }
 
-PyObject_ *cs_dl_err_before(int *gil)
+PyObject_ *cs_dl_err_before(int gil)
 {
-    *gil = cs_recording && cs_py.ok && cs_py_live() && cs_gil_held();
-    return *gil ? cs_py.Err_Occurred() : NULL;
+    return gil ? cs_py.Err_Occurred() : NULL;
 }
 
 void cs_dl_err_after(int gil, PyObject_ *before, void *mt, PyObject_ *cap)
@@ -99,10 +98,9 @@ void cs_dl_deleter_tramp(void *mt)
     if (nogil)
         cs_deleter_nogil(1);
     unsigned frees = cs_frees;
-    int err_gil;
-    PyObject_ *err = cs_dl_err_before(&err_gil);
+    PyObject_ *err = cs_dl_err_before(held); /* the GIL state known above */
     ((void (*)(void *))(uintptr_t)origin.b)(mt);
-    cs_dl_err_after(err_gil, err, mt, NULL);
+    cs_dl_err_after(held, err, mt, NULL);
     if (nogil)
         cs_deleter_nogil(0);
     if (python && !live && cs_frees == frees) {

@@ -42,12 +42,13 @@ int cs_dl_lend(void *mt, uint64_t a, uint16_t aux, uint8_t flags);
  * (export: its birth event); reported with ev's stack. */
 void cs_dl_check_loan(const cs_event *ev, const cs_event *export, uint32_t fp);
 
-/* R5, around a capsule destructor or a deleter run with the GIL: the
- * error indicator before (cs_dl_err_before, NULL without the GIL or with
- * none set), then the check after the call, which reports a cleared,
+/* R5, around a capsule destructor or a deleter run with the GIL (gil:
+ * the caller knows it is held): the error indicator before
+ * (cs_dl_err_before, NULL without the GIL or with none set), then the
+ * check after the call, which reports a cleared,
  * replaced or newly left exception (cap: the capsule, NULL for a deleter). */
 typedef struct _object PyObject_;
-PyObject_ *cs_dl_err_before(int *gil);
+PyObject_ *cs_dl_err_before(int gil);
 void cs_dl_err_after(int gil, PyObject_ *before, void *mt, PyObject_ *cap);
 
 /* The last tensor with a NULL deleter this thread took: a crash at

@@ -363,13 +363,14 @@ int cs_xbody_to_py(void *mt, void **out, void *u2, void *u3, unsigned k)
     xcall c;
     call_begin(&c, CS_XE_TO_PY, site, key);
     void **slot = cs_dl_deleter_slot(mt, 1);
-    int known = cs_probe_read(slot, sizeof *slot) && *slot == (void *)cs_dl_deleter_tramp &&
-                state_of(key) != CS_ST_UNKNOWN;
+    int st = cs_probe_read(slot, sizeof *slot) && *slot == (void *)cs_dl_deleter_tramp
+                 ? state_of(key) : CS_ST_UNKNOWN;
+    int known = st != CS_ST_UNKNOWN;
     cs_event hand = {.kind = CS_EV_XHANDOVER, .obj = key, .a = (uint64_t)(uintptr_t)tabs[k].orig,
                      .b = (uint64_t)(uintptr_t)site, .flags = c.flags};
     int rc;
     if (known) {
-        if (state_of(key) == CS_ST_RELEASED) {
+        if (st == CS_ST_RELEASED) {
             cs_emit(&hand, 1, NULL, NULL); /* a released tensor handed over: said first */
             rc = fn(mt, out);
         } else {
