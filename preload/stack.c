@@ -337,7 +337,9 @@ typedef struct rentry {
     uintptr_t ret0;      /* the first return address outside capsan; 0 = empty */
     uint16_t n;          /* frames after it: up to the eval loop with the GIL,
                           * else as many as native_depth asks */
-    uint16_t gil;        /* which of the two */
+    uint8_t gil;         /* which of the two */
+    uint8_t pure;        /* every ip is foreign code's, none has CS_FRAME_PY:
+                          * the frames are the ips as they are */
     uint32_t off[RMAXF]; /* slot of frame i, in words above ret0's slot */
     uintptr_t ip[RMAXF];
     /* the stack id this chain gave last, and the Python frames it had:
@@ -666,10 +668,14 @@ static int chain_valid(const rentry *e, const uintptr_t *slot0, size_t room, uin
 {
     if (e->ret0 != ret0 || e->gil != gil)
         return 0;
-    uint32_t i = 0;
-    while (i < e->n && e->off[i] < room && slot0[e->off[i]] == e->ip[i])
-        i++;
-    return i == e->n;
+    /* the chains of one call site share their inner frames and part
+     * ways near the caller: the outermost slots tell them apart first */
+    if (e->n && e->off[e->n - 1] >= room)
+        return 0;
+    for (uint32_t i = e->n; i-- > 0;)
+        if (slot0[e->off[i]] != e->ip[i])
+            return 0;
+    return 1;
 }
 
 static rentry *chain_hit(cs_stack_cache *c, const uintptr_t *slot0, int gil)
@@ -717,13 +723,17 @@ static int chain_walk(cs_stack_cache *c, const uintptr_t *slot0, void **ips, int
     if (!gil)
         cut = n - 1; /* no eval loop cut: the chain is all that was walked */
     if (first >= 0 && cut > first && cut - first <= RMAXF) {
-        rentry e = {.ret0 = *slot0, .n = (uint16_t)(cut - first), .gil = (uint16_t)gil};
+        rentry e = {.ret0 = *slot0, .n = (uint16_t)(cut - first), .gil = (uint8_t)gil, .pure = 1};
         for (int i = first + 1; i <= cut; i++) {
             const uintptr_t *at = (const uintptr_t *)(sps[i] - sizeof(uintptr_t));
             if (at <= slot0 || *at != (uintptr_t)ips[i])
                 return n; /* not a plain call chain (signal frame): not cached */
             e.off[i - first - 1] = (uint32_t)(at - slot0);
             e.ip[i - first - 1] = (uintptr_t)ips[i];
+            if ((uintptr_t)ips[i] >= self_lo && (uintptr_t)ips[i] < self_hi)
+                e.pure = 0;
+            if ((uint64_t)(uintptr_t)ips[i] & CS_FRAME_PY)
+                e.pure = 0;
         }
         unsigned set = (unsigned)((e.ret0 >> 4) % RSETS);
         c->chain_mru[set] = c->chain_victim[set];
@@ -734,6 +744,15 @@ static int chain_walk(cs_stack_cache *c, const uintptr_t *slot0, void **ips, int
 }
 
 static uint32_t stack_id(cs_thread *t, const uint64_t *vals, int n, int importing);
+
+/* a few words: inline, where memcmp's call costs more than the compare */
+static inline int same_words(const uint64_t *a, const uint64_t *b, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (a[i] != b[i])
+            return 0;
+    return 1;
+}
 
 uint32_t cs_stack_capture(cs_thread *t, int gil, int python_only, unsigned site)
 {
@@ -772,9 +791,15 @@ uint32_t cs_stack_capture(cs_thread *t, int gil, int python_only, unsigned site)
     if (hit) {
         /* the same chain as a walk saw before, proven slot by slot */
         vals[n++] = *slot0 & ~CS_FRAME_PY;
-        for (uint32_t i = 0; i < hit->n && n < nd; i++)
-            if (hit->ip[i] < self_lo || hit->ip[i] >= self_hi)
-                vals[n++] = hit->ip[i] & ~CS_FRAME_PY;
+        if (hit->pure) {
+            uint32_t k = hit->n < (uint32_t)nd - 1 ? hit->n : (uint32_t)nd - 1;
+            memcpy(vals + n, hit->ip, k * sizeof vals[0]);
+            n += (int)k;
+        } else {
+            for (uint32_t i = 0; i < hit->n && n < nd; i++)
+                if (hit->ip[i] < self_lo || hit->ip[i] >= self_hi)
+                    vals[n++] = hit->ip[i] & ~CS_FRAME_PY;
+        }
     } else if (nd > 0 && unw_bt) {
         void *ips[128 + 16];
         /* capsan's own frames (hook, emit, capture) sit on top */
@@ -821,8 +846,7 @@ uint32_t cs_stack_capture(cs_thread *t, int gil, int python_only, unsigned site)
     t->importing = importing;
     if (n == 0)
         return 0;
-    if (hit && hit->memo_id && hit->memo_npy == npy &&
-        memcmp(hit->memo_py, vals + nnat, (size_t)npy * sizeof vals[0]) == 0) {
+    if (hit && hit->memo_id && hit->memo_npy == npy && same_words(hit->memo_py, vals + nnat, npy)) {
         cs_stack_ensure(hit->memo_id);
         t->importing = hit->memo_importing;
         return hit->memo_id;
