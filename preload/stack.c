@@ -354,6 +354,9 @@ typedef struct cs_stack_cache {
     rentry chain[RSETS][RWAYS];
     uint8_t chain_victim[RSETS];
     uint8_t chain_mru[RSETS];
+    /* the way that matched after each way last time: a loop's call paths
+     * come round in the same order */
+    uint8_t chain_next[RSETS][RWAYS];
     uint32_t learn_credit;
     uint32_t chain_gen;  /* chains are forgotten when an object is unloaded */
     uintptr_t stack_lo, stack_hi; /* this thread's stack: the fast path
@@ -684,11 +687,20 @@ static rentry *chain_hit(cs_stack_cache *c, const uintptr_t *slot0, int gil)
     unsigned s = (unsigned)((ret0 >> 4) % RSETS);
     rentry *set = c->chain[s];
     size_t room = (c->stack_hi - (uintptr_t)slot0) / sizeof *slot0;
-    /* the chain that matched last in this set first: loops repeat it */
-    if (chain_valid(&set[c->chain_mru[s]], slot0, room, ret0, gil))
-        return &set[c->chain_mru[s]];
-    for (int w = 0; w < RWAYS; w++)
-        if (w != c->chain_mru[s] && chain_valid(&set[w], slot0, room, ret0, gil)) {
+    /* first the chain that followed the last one's last time, then the
+     * last one itself: loops repeat both */
+    unsigned last = c->chain_mru[s], next = c->chain_next[s][last];
+    if (chain_valid(&set[next], slot0, room, ret0, gil)) {
+        c->chain_mru[s] = (uint8_t)next;
+        return &set[next];
+    }
+    if (next != last && chain_valid(&set[last], slot0, room, ret0, gil)) {
+        c->chain_next[s][last] = (uint8_t)last;
+        return &set[last];
+    }
+    for (unsigned w = 0; w < RWAYS; w++)
+        if (w != last && w != next && chain_valid(&set[w], slot0, room, ret0, gil)) {
+            c->chain_next[s][last] = (uint8_t)w;
             c->chain_mru[s] = (uint8_t)w;
             return &set[w];
         }
