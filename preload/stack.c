@@ -358,6 +358,10 @@ typedef struct cs_stack_cache {
      * come round in the same order */
     uint8_t chain_next[RSETS][RWAYS];
     uint32_t learn_credit;
+    /* chains that missed, by a hash of their frames: a chain's second miss
+     * learns it whatever the credit (it repeats: a walk pays for itself);
+     * the low bit says its learning was tried (once per chain) */
+    uint64_t missed[64];
     uint32_t chain_gen;  /* chains are forgotten when an object is unloaded */
     uintptr_t stack_lo, stack_hi; /* this thread's stack: the fast path
                                    * reads only inside it (not on a
@@ -757,6 +761,27 @@ static int chain_walk(cs_stack_cache *c, const uintptr_t *slot0, void **ips, int
 
 static uint32_t stack_id(cs_thread *t, const uint64_t *vals, int n, int importing);
 
+/* A miss that libunwind answered (ips, got frames): on the same chain's
+ * second miss, learn it (a walk of its own, from this same frame). */
+static void learn_if_repeated(cs_stack_cache *c, const uintptr_t *slot0, void *const *ips, int got,
+                              int full, int gil)
+{
+    uint64_t h = 0x9e3779b97f4a7c15ull * (uint64_t)(gil + 1);
+    for (int i = 0; i < got; i++)
+        h = (h ^ (uint64_t)(uintptr_t)ips[i]) * 0x100000001b3ull;
+    h = hmix(h, (uint64_t)got) & ~1ull;
+    uint64_t *m = &c->missed[(h >> 1) & 63];
+    if ((*m & ~1ull) != h) {
+        *m = h; /* its first miss */
+        return;
+    }
+    if (*m & 1)
+        return; /* learnt once already: it did not stay (or cannot be kept) */
+    *m = h | 1;
+    void *scratch[128 + 16];
+    chain_walk(c, slot0, scratch, full, gil);
+}
+
 /* a few words: inline, where memcmp's call costs more than the compare */
 static inline int same_words(const uint64_t *a, const uint64_t *b, int n)
 {
@@ -818,10 +843,11 @@ uint32_t cs_stack_capture(cs_thread *t, int gil, int python_only, unsigned site)
         enum { SELF = 3 };
         int full = nd + SELF, cut = -1;
         uint8_t *hint = &t->cache->eval_depth[site & 31];
-        int got = -1;
+        int got = -1, walked = 0;
         if (slot0 && t->cache->learn_credit >= LEARN_COST) {
             t->cache->learn_credit -= LEARN_COST;
             got = chain_walk(t->cache, slot0, ips, full, gil);
+            walked = 1;
         }
         int want = full;
         if (got < 0) {
@@ -846,6 +872,8 @@ uint32_t cs_stack_capture(cs_thread *t, int gil, int python_only, unsigned site)
             *hint = (uint8_t)(cut >= 0 ? (cut + 1 > *hint ? cut + 1 : *hint) : full);
         if (cut >= 0)
             got = cut + 1; /* keep the eval frame: the Python frames go there */
+        if (slot0 && !walked && got > 0)
+            learn_if_repeated(t->cache, slot0, ips, got, full, gil);
         for (int i = 0; i < got && n < nd; i++)
             if ((uintptr_t)ips[i] < self_lo || (uintptr_t)ips[i] >= self_hi)
                 vals[n++] = (uint64_t)(uintptr_t)ips[i] & ~CS_FRAME_PY;
