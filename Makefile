@@ -9,6 +9,8 @@
 #   make stress     tests/test_stress.py 20 times in a row, large (STRESS_RUNS=, STRESS_SCALE=)
 #   make install PREFIX=/usr/local
 #   make test-install  pip install . into a fresh venv of each CPython 3.10-3.13, and make install
+#   make wheel      a manylinux wheel that needs only glibc: build/wheel/capsan-*.whl
+#   make test-wheel  that wheel installed and run where Debian's libdw, libelf, libunwind, liblzma are hidden
 
 PREFIX   ?= /usr/local
 PYTHON   ?= /usr/bin/python3
@@ -123,7 +125,7 @@ demo: deps
 	@bash examples/demo.sh
 
 test: deps
-	@$(MAKE) --no-print-directory all fixtures fixtures-current realworld-venvs sanitizers fuzz-build
+	@$(MAKE) --no-print-directory all fixtures fixtures-current realworld-venvs sanitizers fuzz-build wheel
 	@$(MAKE) --no-print-directory test-c
 	@$(MAKE) --no-print-directory test-san fuzz-regress
 	@$(MAKE) --no-print-directory test-py
@@ -145,6 +147,17 @@ check-numpy: all fixtures fixtures-current
 # finds (make test does cp311 only), and make install
 test-install: all venvs
 	@cd tests && CAPSAN_INSTALL_PYTHONS=all $(PYTHON) -m pytest -q -p no:cacheprovider test_install.py $(PYTEST_ARGS)
+
+# a manylinux wheel (.ci/wheel): the tool linked with libdw, libelf and their
+# compression libraries, libunwind and its liblzma in lib/capsan.libs/,
+# checked by auditwheel; build tools pinned in ~/.cache/capsan/wheel-tools
+.PHONY: wheel test-wheel
+wheel:
+	@bash .ci/wheel
+
+# tests/test_wheel.py alone (make test runs it too)
+test-wheel: wheel venvs
+	@cd tests && $(PYTHON) -m pytest -q -p no:cacheprovider test_wheel.py $(PYTEST_ARGS)
 
 bench: all fixtures venvs
 	@$(PYTHON) bench/run.py

@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "dltensor.h"
+#include "libpath.h"
 #include "options.h"
 #include "plausible.h"
 #include "pyapi.h"
@@ -440,7 +441,7 @@ static int dealloc_bounds(uintptr_t fn, uintptr_t *lo, uintptr_t *hi)
 {
     /* unw_proc_info_t starts with start_ip and end_ip; the rest is room */
     uint64_t pi[32] = {0};
-    void *h = dlopen("libunwind.so.8", RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
+    void *h = cs_libunwind_open(RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
     if (!h)
         return 0;
     int (*info)(void *, uint64_t, uint64_t *, void *) =

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "libpath.h"
 #include "options.h"
 #include "pyapi.h"
 #include "spin.h"
@@ -64,7 +65,7 @@ void cs_stack_init(const void *self)
         eval_lo = (uintptr_t)ev;
         eval_hi = eval_lo + sym->st_size;
     }
-    void *h = dlopen("libunwind.so.8", RTLD_NOW | RTLD_LOCAL);
+    void *h = cs_libunwind_open(RTLD_NOW | RTLD_LOCAL);
     if (!h)
         return;
     unw_bt = (int (*)(void **, int))dlsym(h, "_ULx86_64_backtrace");
