@@ -333,6 +333,7 @@ typedef struct centry {
 #define LEARN_COST 1024
 #define LEARN_MAX (4 * LEARN_COST)
 #define RMAXF 24
+_Static_assert(RMAXF <= 32, "rentry.own has a bit a frame");
 #define RMEMO 8
 typedef struct rentry {
     uintptr_t ret0;      /* the first return address outside capsan; 0 = empty */
@@ -341,6 +342,8 @@ typedef struct rentry {
     uint8_t gil;         /* which of the two */
     uint8_t pure;        /* every ip is foreign code's, none has CS_FRAME_PY:
                           * the frames are the ips as they are */
+    uint32_t own;        /* bit i: ip[i] is capsan's (a stub, a trampoline),
+                          * left out of the stack */
     uint32_t off[RMAXF]; /* slot of frame i, in words above ret0's slot */
     uintptr_t ip[RMAXF];
     /* the stack id this chain gave last, and the Python frames it had:
@@ -656,9 +659,8 @@ static void thread_stack(cs_stack_cache *c)
 /* The stack slot holding the first return address outside capsan: capsan
  * is built with frame pointers, so its own frames chain through rbp up to
  * the hook that foreign code called. */
-static __attribute__((noinline)) uintptr_t *foreign_slot(uintptr_t lo, uintptr_t hi)
+static inline uintptr_t *foreign_slot(uintptr_t *fp, uintptr_t lo, uintptr_t hi)
 {
-    uintptr_t *fp = __builtin_frame_address(0);
     for (int i = 0; i < 16; i++) {
         if ((uintptr_t)fp < lo || (uintptr_t)fp + 16 > hi)
             return NULL;
@@ -747,8 +749,10 @@ static int chain_walk(cs_stack_cache *c, const uintptr_t *slot0, void **ips, int
                 return n; /* not a plain call chain (signal frame): not cached */
             e.off[i - first - 1] = (uint32_t)(at - slot0);
             e.ip[i - first - 1] = (uintptr_t)ips[i];
-            if ((uintptr_t)ips[i] >= self_lo && (uintptr_t)ips[i] < self_hi)
+            if ((uintptr_t)ips[i] >= self_lo && (uintptr_t)ips[i] < self_hi) {
                 e.pure = 0;
+                e.own |= 1u << (i - first - 1);
+            }
             if ((uint64_t)(uintptr_t)ips[i] & CS_FRAME_PY)
                 e.pure = 0;
         }
@@ -813,7 +817,7 @@ uint32_t cs_stack_capture(cs_thread *t, int gil, int python_only, unsigned site)
     const uintptr_t *slot0 = NULL;
     if (nd > 0 && (gil ? eval_hi != 0 : 1) && unw_cur_step && cs_opt.fast_unwind &&
         t->cache->stack_hi)
-        slot0 = foreign_slot(t->cache->stack_lo, t->cache->stack_hi);
+        slot0 = foreign_slot(__builtin_frame_address(0), t->cache->stack_lo, t->cache->stack_hi);
     rentry *hit = NULL;
     if (slot0) {
         cs_stack_cache *c = t->cache;
@@ -835,7 +839,7 @@ uint32_t cs_stack_capture(cs_thread *t, int gil, int python_only, unsigned site)
             n += (int)k;
         } else {
             for (uint32_t i = 0; i < hit->n && n < nd; i++)
-                if (hit->ip[i] < self_lo || hit->ip[i] >= self_hi)
+                if (!(hit->own >> i & 1))
                     vals[n++] = hit->ip[i] & ~CS_FRAME_PY;
         }
     } else if (nd > 0 && unw_bt) {
