@@ -6,6 +6,7 @@
 #include "options.h"
 #include "probe.h"
 #include "pyapi.h"
+#include "quarantine.h"
 #include "runtime.h"
 
 static __thread void *last_null __attribute__((tls_model("initial-exec")));
@@ -53,7 +54,7 @@ void cs_dl_deleter_tramp(void *mt)
         void (*fn)(void *) = (void (*)(void *))(uintptr_t)t->predicted_fn;
         t->predicted = NULL;
         if (fn)
-            fn(mt);
+            cs_qr_call(fn, mt, -1); /* released already: its second free is not done */
         return;
     }
     if (__builtin_expect(cs_dl_pending.mt == mt, 0) && mt) {
@@ -99,7 +100,10 @@ void cs_dl_deleter_tramp(void *mt)
         cs_deleter_nogil(1);
     unsigned frees = cs_frees;
     PyObject_ *err = cs_dl_err_before(held); /* the GIL state known above */
-    ((void (*)(void *))(uintptr_t)origin.b)(mt);
+    /* the struct's free is deferred (quarantine.c): a later release
+     * still finds the trampoline in its deleter field */
+    cs_qr_call((void (*)(void *))(uintptr_t)origin.b, mt,
+               found == 2 ? -1 : (origin.aux & CS_DLV_VERSIONED) != 0);
     cs_dl_err_after(held, err, mt, NULL);
     if (nogil)
         cs_deleter_nogil(0);

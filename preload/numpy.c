@@ -23,6 +23,7 @@
 #include "options.h"
 #include "plausible.h"
 #include "pyapi.h"
+#include "quarantine.h"
 #include "runtime.h"
 #include "spin.h"
 
@@ -650,6 +651,8 @@ static void hook_free(void *p)
             cs_emit(&w, 0, NULL, NULL);
         cs_emit(&ev, 1, NULL, NULL); /* reported before a bad free can abort */
     }
+    if (cs_qr_take(p, CS_FREED_LIBC))
+        return; /* a released managed struct: its free waits (quarantine.c) */
     free(p);
 }
 

@@ -11,6 +11,7 @@ HERE = Path(__file__).resolve().parent
 
 COVERED = {
     "dlpack-double-delete": ["test_dlpack_findings.py::test_double_delete",
+                             "test_dlpack_findings.py::test_released_struct_quarantined",
                              "test_dlpack_versioned.py::test_versioned_double_delete"],
     "dlpack-unchecked-destructor": ["test_dlpack_findings.py::test_unchecked_destructor"],
     "dlpack-not-renamed": ["test_dlpack_findings.py::test_not_renamed",
