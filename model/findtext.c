@@ -455,6 +455,9 @@ const char *cs_finding_message(const cs_finding *f, char *buf, size_t n)
                                                     "object (dlclose)"
                  : f->detail == CS_STALE_CTX_FREED ? "whose ctx was freed while its blocks were "
                                                      "alive (free() of allocator.ctx)"
+                 : f->detail == CS_STALE_REPOINTED ? "whose ctx or functions were re-pointed in "
+                                                     "place since it allocated the block: another "
+                                                     "pool frees it (a handler must be immortal)"
                                                    : "which is not the handler that allocated it");
         break;
     case CS_KIND_NUMPY_BAD_HANDLER:

@@ -205,8 +205,10 @@ enum cs_event_kind {
                              * is malformed (R50): obj=tensor or table; aux=CS_XC_*;
                              * a=return code, b=value, extra=entry (CS_XE_*) */
     /* NumPy data memory (issue 3), kinds 16..23; obj = the data pointer */
-    CS_EV_NP_ALLOC = 16,    /* a=size b=handler capsule c=handler struct */
-    CS_EV_NP_FREE = 17,     /* b=handler capsule c=handler struct; extra=CS_STALE_* or 0 */
+    CS_EV_NP_ALLOC = 16,    /* a=size b=handler capsule c=handler struct; extra=its allocator's
+                             * ctx and functions hashed (nonzero; 0 = no handler) */
+    CS_EV_NP_FREE = 17,     /* a=the same hash now (0 = not read) b=handler capsule c=handler
+                             * struct; extra=CS_STALE_* or 0 */
     CS_EV_NP_HANDLER = 18,  /* handler seen: obj=handler struct a=capsule; extra=CS_BAD_* or 0 */
     CS_EV_NP_FOREIGN_FREE = 19, /* numpy free()d an OWNDATA array's data that no handler gave */
     CS_EV_NP_REACHABLE = 20, /* at exit, a live block's address is in a module's static
@@ -231,6 +233,7 @@ enum cs_stale {
     CS_STALE_UNLOADED = 2,  /* its functions are no longer in a loaded object */
     CS_STALE_OTHER = 3,     /* not the handler that allocated the block */
     CS_STALE_CTX_FREED = 4, /* free() was called on the handler's ctx */
+    CS_STALE_REPOINTED = 5, /* its ctx or functions were re-pointed in place since the alloc */
 };
 
 /* CS_EV_NO_GIL aux: what was called */

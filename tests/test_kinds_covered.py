@@ -38,6 +38,7 @@ COVERED = {
     "numpy-foreign-free": ["test_numpy_findings.py::test_foreign_free_offset16_really_crashes",
                            "test_numpy_findings.py::test_foreign_free_exact_trace"],
     "numpy-stale-handler": ["test_numpy_findings.py::test_stale_handler_swapped_in_place",
+                            "test_numpy_findings.py::test_pool_switch_in_place",
                             "test_numpy_findings.py::test_stale_handler_struct_freed",
                             "test_numpy_findings.py::test_stale_handler_ctx_freed"],
     "numpy-bad-handler": ["test_numpy_findings.py::test_bad_handler_whole_run",
