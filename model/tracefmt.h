@@ -220,6 +220,10 @@ enum cs_event_kind {
     /* DLPack again, from 24 */
     CS_EV_ERR_STATE = 24,   /* a capsule destructor (a = capsule) or a deleter (a = 0) returned
                              * with the Python error indicator changed: aux = CS_ERRST_* */
+    CS_EV_REEXPORT = 25,    /* a consumed tensor's memory exported again from its data field,
+                             * byte_offset dropped: obj = the consumed tensor, a = the new
+                             * struct, b = its first element, c = the dropped byte_offset;
+                             * stack: the new export's */
 };
 /* the namespace an event's object is in: NumPy's kinds are 16..23 */
 #define CS_EV_IS_NUMPY(kind) ((kind) >= CS_EV_NP_ALLOC && (kind) < 24)

@@ -15,7 +15,7 @@ import pytest
 
 from conftest import (CAPSAN, DEFAULT_EXITCODE, LIBCAPSAN, SCENARIOS, STATIC_PY, Result,
                       assert_finding_at, check_schema, assert_lsan_stderr, base_env, capsan_report,
-                      contract_kinds, contract_options, findings, is_signal, kinds, marker_line,
+                      contract_kinds, contract_options, current_python, findings, is_signal, kinds, marker_line,
                       process_of, require_fixtures, require_runtime, run_capsan, run_plain, trace_files,
                       events_at)
 
@@ -371,6 +371,41 @@ def test_byte_offset_ignored_by_torch(tmp_path, how):
                for e in cons for fr in e["stack"]), "torch's from_dlpack frame missing"
     only_kinds(res, ["dlpack-byte-offset-ignored"])
     assert_lsan_stderr(res.stderr, "dlpack-byte-offset-ignored")
+
+
+def test_byte_offset_dropped_by_reexport(tmp_path, anypy):
+    """A bridge that consumes a tensor with byte_offset 16 and hands the
+    same buffer on starting at data: its reader sums the wrong elements
+    natively; capsan says dlpack-byte-offset-ignored at the bridge's line."""
+    script = S / "dl_bridge.py"
+    native = run_plain(script, args=["bug"], interpreter=anypy)
+    assert native.returncode == 0 and "sum 2.0" in native.stdout, (native.stdout, native.stderr)
+    res = run_capsan(script, tmp_path, args=["bug"], interpreter=anypy)
+    error_exit(res)
+    assert "sum 2.0" in res.stdout, res.describe()
+    f = assert_finding_at(res, "dlpack-byte-offset-ignored", script, "bridge", event="reexport")
+    assert "re-exported" in f["message"] and "byte_offset 16" in f["message"], f["message"]
+    assert_finding_at(res, "dlpack-byte-offset-ignored", script, "export", event="export")
+    assert len(findings(res.report)) == 1, res.describe()
+    only_kinds(res, ["dlpack-byte-offset-ignored"])
+    assert_lsan_stderr(res.stderr, "dlpack-byte-offset-ignored")
+
+
+def test_byte_offset_kept_by_reexport_is_clean(tmp_path, anypy):
+    """The twin: the bridge starts at data + byte_offset."""
+    script = S / "dl_bridge.py"
+    res = run_capsan(script, tmp_path, args=["good"], interpreter=anypy)
+    assert res.returncode == 0 and "sum 28.0" in res.stdout, res.describe()
+    assert findings(res.report) == [], res.describe()
+
+
+def test_torch2_reexport_of_offset_tensor_is_clean(tmp_path):
+    """torch 2.13 honors byte_offset: its to_dlpack of the imported tensor
+    starts at the first element."""
+    script = S / "dl_reexport_clean.py"
+    res = run_capsan(script, tmp_path, interpreter=current_python("cp311"))
+    assert res.returncode == 0 and "torch 28.0" in res.stdout, res.describe()
+    assert findings(res.report) == [], res.describe()
 
 
 # ---------------------------------------------------------------- SIGKILL
