@@ -165,14 +165,14 @@ def test_owner_reading_its_consumed_capsule_is_clean(tmp_path, anypy):
     assert findings(res.report) == [], res.describe()
 
 
-def test_reconsume_after_rename_back(tmp_path):
+def test_reconsume_after_rename_back(tmp_path, anypy):
     """No finding precedes this one: capsan must still look the tensor up
     when a capsule was given an unconsumed name again. The released struct
     waits in quarantine (its free deferred), so the second consumer reads
     it whole, not freed memory glibc's free list wrote over, and its second
     release reaches capsan: reported, and skipped with protect=1."""
     script = S / "dl_renamed_back.py"
-    res = run_capsan(script, tmp_path, options=["protect=1"])
+    res = run_capsan(script, tmp_path, options=["protect=1"], interpreter=anypy)
     error_exit(res)
     assert "consumed twice 28.0" in res.stdout, res.describe()
     # the read through the capsule that claims to be unused
@@ -186,8 +186,10 @@ def test_released_struct_reused_without_quarantine_crashes(tmp_path):
     """The bug quarantine is for: a producer's destructor releases a tensor
     its consumer holds and frees the struct; malloc hands the block to the
     next request, and the consumer's release jumps through what it holds
-    now. Natively and with quarantine_count=0 that is a SIGSEGV, and no
-    double delete can be reported."""
+    now. On Debian's python3 the block is reused (elsewhere glibc may
+    coalesce it instead, and abort on the data's double free): natively and
+    with quarantine_count=0 that is a SIGSEGV, and no double delete can be
+    reported."""
     script = S / "dl_released_reused.py"
     native = run_plain(script)
     assert is_signal(native.returncode, signal.SIGSEGV), (native.returncode, native.stderr)
@@ -197,28 +199,31 @@ def test_released_struct_reused_without_quarantine_crashes(tmp_path):
     assert kinds(res.report) == {"dlpack-unchecked-destructor"}, res.describe()
 
 
-def test_released_struct_quarantined(tmp_path):
+def test_released_struct_quarantined(tmp_path, anypy):
     """With the struct in quarantine (the default) the consumer's release
-    lands in capsan's trampoline: dlpack-double-delete at its line, printed
-    before the producer's deleter runs again (and glibc aborts on the
-    double free of the data, which the quarantine does not hold)."""
+    lands in capsan's trampoline, whatever the heap did: dlpack-double-delete
+    at its line, printed before the producer's deleter runs again (unprotected,
+    it frees the data a second time, which the quarantine does not hold:
+    glibc aborts when it notices)."""
     script = S / "dl_released_reused.py"
-    res = run_capsan(script, tmp_path)
-    assert is_signal(res.returncode, signal.SIGABRT), res.describe()
-    assert "held 28.0" in res.stdout and "released" not in res.stdout, res.describe()
+    res = run_capsan(script, tmp_path, interpreter=anypy)
+    assert is_signal(res.returncode, signal.SIGABRT) or res.returncode == DEFAULT_EXITCODE, (
+        res.describe())
+    assert "held 28.0" in res.stdout, res.describe()
     f = assert_finding_at(res, "dlpack-double-delete", script, "release", event="delete")
     assert "dlpack-unchecked-destructor" in f["message"], f["message"]
     assert_finding_at(res, "dlpack-unchecked-destructor", script, "destroy", event="delete")
     assert "ERROR: capsan: dlpack-double-delete" in res.stderr, res.describe()
-    assert res.stderr.index("dlpack-double-delete") < res.stderr.index("double free"), res.stderr
+    if "double free" in res.stderr:
+        assert res.stderr.index("dlpack-double-delete") < res.stderr.index("double free")
     assert kinds(res.report) == {"dlpack-unchecked-destructor", "dlpack-double-delete"}
 
 
-def test_released_struct_protected(tmp_path):
+def test_released_struct_protected(tmp_path, anypy):
     """protect=1 skips the destructor's release: the consumer's is the
     only one, and the program survives."""
     script = S / "dl_released_reused.py"
-    res = run_capsan(script, tmp_path, options=["protect=1"])
+    res = run_capsan(script, tmp_path, options=["protect=1"], interpreter=anypy)
     error_exit(res)
     assert "released 1" in res.stdout and "survived 1" in res.stdout, res.describe()
     only_kinds(res, ["dlpack-unchecked-destructor"])

@@ -16,11 +16,13 @@ MGR = 104  # sizeof(Mgr) in dlproducer.c: the managed struct's block
 libc = ctypes.CDLL(None)
 libc.malloc.restype = ctypes.c_void_p
 libc.malloc.argtypes = [ctypes.c_size_t]
+libc.free.argtypes = [ctypes.c_void_p]
+libc.free(libc.malloc(MGR))  # ctypes' own first-call allocations happen now
 
 cap = P.unchecked(8)  # <-- export
 print("held", C.consume_hold(cap), flush=True)  # <-- consume
 del cap  # <-- destroy
-reused = [libc.malloc(MGR) for _ in range(4)]
+reused = [libc.malloc(MGR) for _ in range(16)]
 for block in reused:
     ctypes.memset(block, 0x41, MGR)
 print("released", C.release_holds(), flush=True)  # <-- release
