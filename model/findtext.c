@@ -74,6 +74,7 @@ const char *cs_event_name(const cs_event *ev)
     case CS_EV_REACHABLE: return "reachable";
     case CS_EV_NP_WRAP: return "wrap";
     case CS_EV_ERR_STATE: return "error-state";
+    case CS_EV_REEXPORT: return "reexport";
     }
     return "event";
 }
@@ -131,6 +132,7 @@ const char *cs_event_phrase(const cs_finding *f, int i)
     case CS_EV_NP_HANDLER: return "handler installed at";
     case CS_EV_ERR_STATE:
         return ev->a ? "its capsule destructor returned at" : "its deleter returned at";
+    case CS_EV_REEXPORT: return "re-exported from its data field, byte_offset dropped, at";
     case CS_EV_NP_REACHABLE:
     case CS_EV_REACHABLE: return "still referenced at the end: its address is stored in the process's memory";
     case CS_EV_NP_WRAP:
@@ -413,9 +415,15 @@ const char *cs_finding_message(const cs_finding *f, char *buf, size_t n)
                      (long long)f->value);
         break;
     case CS_KIND_DLPACK_BYTE_OFFSET_IGNORED:
-        snprintf(buf, n, "%s 0x%llx has byte_offset %llu but was consumed by a consumer that "
-                 "ignores byte_offset (torch): it reads the wrong elements", t, p,
-                 (unsigned long long)f->value);
+        if (f->detail == 1)
+            snprintf(buf, n, "%s 0x%llx has byte_offset %llu, but its consumer ignored it: it "
+                     "re-exported the same buffer starting at data, %llu bytes before the first "
+                     "element, so whoever reads the new tensor gets the wrong elements", t, p,
+                     (unsigned long long)f->value, (unsigned long long)f->value);
+        else
+            snprintf(buf, n, "%s 0x%llx has byte_offset %llu but was consumed by a consumer that "
+                     "ignores byte_offset (torch): it reads the wrong elements", t, p,
+                     (unsigned long long)f->value);
         break;
     case CS_KIND_CAPSULE_NO_GIL:
         snprintf(buf, n, "a PyCapsule function was called without holding the GIL "
@@ -455,6 +463,9 @@ const char *cs_finding_message(const cs_finding *f, char *buf, size_t n)
                                                     "object (dlclose)"
                  : f->detail == CS_STALE_CTX_FREED ? "whose ctx was freed while its blocks were "
                                                      "alive (free() of allocator.ctx)"
+                 : f->detail == CS_STALE_REPOINTED ? "whose ctx or functions were re-pointed in "
+                                                     "place since it allocated the block: another "
+                                                     "pool frees it (a handler must be immortal)"
                                                    : "which is not the handler that allocated it");
         break;
     case CS_KIND_NUMPY_BAD_HANDLER:

@@ -32,6 +32,7 @@
 #define OF_XAPI 0x2000      /* born through the exchange API: no capsule (R50-R56) */
 #define OF_REENTERED 0x8000 /* dlpack-destructor-reentered already reported */
 #define OF_CLOBBERED 0x20000  /* dlpack-error-clobbered already reported */
+#define OF_OFFSET_DROPPED 0x40000 /* a re-export without its byte_offset already reported */
 #define OF_WRONG_NAME 0x10000 /* its consumer renamed it to the other version's used_* name
                                * (R8): the producer's destructor will release it */
 #define OF_VIEW 0x4000      /* a non-owning exchange-API view: never a leak (R53) */

@@ -375,6 +375,18 @@ static unsigned on_err_state(cs_lifecycle *lc, stripe *st, obj *o, const cs_even
     return 0;
 }
 
+/* R17: its consumer ignored byte_offset and handed the memory on from the
+ * data field (reexport.c): said once per tensor, at the re-export */
+static unsigned on_reexport(cs_lifecycle *lc, stripe *st, obj *o, const cs_event *ev, judge *j)
+{
+    if (!o || o->state != CS_ST_CONSUMED || (o->flags & OF_OFFSET_DROPPED))
+        return 0;
+    o->flags |= OF_OFFSET_DROPPED;
+    ot_report(lc, j, CS_KIND_DLPACK_BYTE_OFFSET_IGNORED, o, ev, 1, ev->c);
+    ot_hist_add(st, o, ev, j);
+    return 0;
+}
+
 const cs_protocol cs_proto_dlpack = {
     .name = "DLPack capsules",
     .ns = CS_NS_DLPACK,
@@ -393,5 +405,6 @@ const cs_protocol cs_proto_dlpack = {
         [CS_EV_DROPPED] = on_dropped,
         [CS_EV_REACHABLE] = on_reachable,
         [CS_EV_ERR_STATE] = on_err_state,
+        [CS_EV_REEXPORT] = on_reexport,
     },
 };

@@ -205,8 +205,10 @@ enum cs_event_kind {
                              * is malformed (R50): obj=tensor or table; aux=CS_XC_*;
                              * a=return code, b=value, extra=entry (CS_XE_*) */
     /* NumPy data memory (issue 3), kinds 16..23; obj = the data pointer */
-    CS_EV_NP_ALLOC = 16,    /* a=size b=handler capsule c=handler struct */
-    CS_EV_NP_FREE = 17,     /* b=handler capsule c=handler struct; extra=CS_STALE_* or 0 */
+    CS_EV_NP_ALLOC = 16,    /* a=size b=handler capsule c=handler struct; extra=its allocator's
+                             * ctx and functions hashed (nonzero; 0 = no handler) */
+    CS_EV_NP_FREE = 17,     /* a=the same hash now (0 = not read) b=handler capsule c=handler
+                             * struct; extra=CS_STALE_* or 0 */
     CS_EV_NP_HANDLER = 18,  /* handler seen: obj=handler struct a=capsule; extra=CS_BAD_* or 0 */
     CS_EV_NP_FOREIGN_FREE = 19, /* numpy free()d an OWNDATA array's data that no handler gave */
     CS_EV_NP_REACHABLE = 20, /* at exit, a live block's address is in a module's static
@@ -218,6 +220,10 @@ enum cs_event_kind {
     /* DLPack again, from 24 */
     CS_EV_ERR_STATE = 24,   /* a capsule destructor (a = capsule) or a deleter (a = 0) returned
                              * with the Python error indicator changed: aux = CS_ERRST_* */
+    CS_EV_REEXPORT = 25,    /* a consumed tensor's memory exported again from its data field,
+                             * byte_offset dropped: obj = the consumed tensor, a = the new
+                             * struct, b = its first element, c = the dropped byte_offset;
+                             * stack: the new export's */
 };
 /* the namespace an event's object is in: NumPy's kinds are 16..23 */
 #define CS_EV_IS_NUMPY(kind) ((kind) >= CS_EV_NP_ALLOC && (kind) < 24)
@@ -231,6 +237,7 @@ enum cs_stale {
     CS_STALE_UNLOADED = 2,  /* its functions are no longer in a loaded object */
     CS_STALE_OTHER = 3,     /* not the handler that allocated the block */
     CS_STALE_CTX_FREED = 4, /* free() was called on the handler's ctx */
+    CS_STALE_REPOINTED = 5, /* its ctx or functions were re-pointed in place since the alloc */
 };
 
 /* CS_EV_NO_GIL aux: what was called */

@@ -16,6 +16,7 @@
 #include <malloc.h>
 
 #include "lifecycle.h"
+#include "quarantine.h"
 #include "runtime.h"
 #include "thread.h"
 #include "xapi.h"
@@ -79,6 +80,8 @@ static void hook_pymem_free(void *p)
     if (cs_in_nogil_deleter)
         cs_check_gil(__builtin_return_address(0), CS_NOGIL_CAPSULE);
     cs_dg_check((uintptr_t)p, CS_FREED_PYMEM);
+    if (cs_qr_take(p, CS_FREED_PYMEM))
+        return; /* a released managed struct: its free waits (quarantine.c) */
     real_pymem_free(p);
 }
 

@@ -6,6 +6,8 @@
 #include "options.h"
 #include "probe.h"
 #include "pyapi.h"
+#include "quarantine.h"
+#include "reexport.h"
 #include "runtime.h"
 
 static __thread void *last_null __attribute__((tls_model("initial-exec")));
@@ -53,7 +55,7 @@ void cs_dl_deleter_tramp(void *mt)
         void (*fn)(void *) = (void (*)(void *))(uintptr_t)t->predicted_fn;
         t->predicted = NULL;
         if (fn)
-            fn(mt);
+            cs_qr_call(fn, mt, -1); /* released already: its second free is not done */
         return;
     }
     if (__builtin_expect(cs_dl_pending.mt == mt, 0) && mt) {
@@ -99,7 +101,10 @@ void cs_dl_deleter_tramp(void *mt)
         cs_deleter_nogil(1);
     unsigned frees = cs_frees;
     PyObject_ *err = cs_dl_err_before(held); /* the GIL state known above */
-    ((void (*)(void *))(uintptr_t)origin.b)(mt);
+    /* the struct's free is deferred (quarantine.c): a later release
+     * still finds the trampoline in its deleter field */
+    cs_qr_call((void (*)(void *))(uintptr_t)origin.b, mt,
+               found == 2 ? -1 : (origin.aux & CS_DLV_VERSIONED) != 0);
     cs_dl_err_after(held, err, mt, NULL);
     if (nogil)
         cs_deleter_nogil(0);
@@ -170,6 +175,8 @@ int cs_dl_lent(cs_loan *l, uint64_t a, uint16_t aux, uint8_t flags)
                    .flags = (uint8_t)((l->deleter ? 0 : CS_EVF_NULL_DELETER) | flags),
                    .extra = l->fp};
     cs_emit(&ev, 1, NULL, NULL);
+    if (!(aux & CS_DLV_X))
+        cs_dl_reexport_check(l, ev.stack); /* a consumer handing on what it took */
     if (!l->deleter && cs_opt.verbosity)
         dprintf(2, "capsan: note: DLManagedTensor %p %s with a NULL deleter (legal, R10: "
                    "consumers must not call it)\n", l->mt,

@@ -14,6 +14,7 @@
 
 #include <dlfcn.h>
 #include <link.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +25,7 @@
 #include "options.h"
 #include "plausible.h"
 #include "pyapi.h"
+#include "quarantine.h"
 #include "runtime.h"
 #include "spin.h"
 
@@ -172,7 +174,50 @@ void cs_np_note_handler(const void *cap, const void *handler)
     }
 }
 
-/* Is the handler freeing a block still the one first seen? */
+/* The allocator's ctx and four functions as one nonzero 32-bit value:
+ * a block must be freed through the ctx and functions that allocated it
+ * (R28), whatever the handler was re-pointed to in place meanwhile. The
+ * lifecycle compares a block's value at its alloc and at its free. */
+static uint32_t allocator_fp(const np_handler *h)
+{
+    const uint64_t *w = (const uint64_t *)&h->allocator;
+    uint64_t x = 0x9e3779b97f4a7c15ull;
+    for (int i = 0; i < 5; i++)
+        x = (x ^ w[i]) * 0xff51afd7ed558ccdull;
+    return (uint32_t)(x >> 32) | 1;
+}
+
+/* the last handler an alloc went through on this thread, and its value */
+static __thread const np_handler *fp_h __attribute__((tls_model("initial-exec")));
+static __thread uint32_t fp_last __attribute__((tls_model("initial-exec")));
+
+/* An alloc through h, which numpy just read: its allocator's value. A
+ * handler re-pointed in place now allocates through its new ctx: watch
+ * that ctx's free() from now on (note_ctx_free). */
+static uint32_t alloc_state(const np_handler *h)
+{
+    uint32_t fp = allocator_fp(h);
+    if (__builtin_expect(h == fp_h && fp == fp_last, 1))
+        return fp;
+    fp_h = h;
+    fp_last = fp;
+    cs_spin_lock(&hmu);
+    known *k = known_of(h);
+    if (k && !k->gone && !k->freed &&
+        memcmp(&k->snap.allocator, &h->allocator, sizeof h->allocator) != 0) {
+        if (k->snap.allocator.ctx != h->allocator.ctx) {
+            k->ctx_freed = 0;
+            watch_ctx(h->allocator.ctx);
+        }
+        k->snap.allocator = h->allocator;
+    }
+    cs_spin_unlock(&hmu);
+    return fp;
+}
+
+/* Is the handler freeing a block still whole: loaded, not freed, its
+ * name and version as first seen, its ctx not freed? (Its ctx and
+ * functions are judged per block: allocator_fp.) */
 static uint32_t staleness(const np_handler *h)
 {
     uint32_t why = 0;
@@ -184,7 +229,7 @@ static uint32_t staleness(const np_handler *h)
         why = CS_STALE_UNLOADED;
     else if (k && k->freed) /* reading it would be a use-after-free */
         why = CS_STALE_CHANGED;
-    else if (k && memcmp(&k->snap, h, sizeof *h) != 0)
+    else if (k && memcmp(&k->snap, h, offsetof(np_handler, allocator)) != 0)
         why = CS_STALE_CHANGED;
     else if (k && k->ctx_freed)
         why = CS_STALE_CTX_FREED;
@@ -316,7 +361,8 @@ static int hook_track(unsigned int domain, uintptr_t ptr, size_t size)
              * answer goes on to the event (one check per call) */
             uint8_t g = h ? (uint8_t)cs_check_gil(__builtin_return_address(0), CS_NOGIL_HANDLER) : 0;
             cs_event ev = {.kind = CS_EV_NP_ALLOC, .obj = ptr, .a = size, .flags = g,
-                           .b = (uint64_t)(uintptr_t)cap, .c = (uint64_t)(uintptr_t)h};
+                           .b = (uint64_t)(uintptr_t)cap, .c = (uint64_t)(uintptr_t)h,
+                           .extra = h ? alloc_state(h) : 0};
             cs_emit(&ev, 1, NULL, NULL);
         }
     }
@@ -332,8 +378,12 @@ static inline __attribute__((always_inline)) int untrack(unsigned int domain, ui
         const np_handler *h = take_handler(&cap, (uintptr_t)site, 0);
         if (ptr && cs_recording) {
             uint8_t g = h ? (uint8_t)cs_check_gil(site, CS_NOGIL_HANDLER) : 0;
-            cs_event ev = {.kind = CS_EV_NP_FREE, .obj = ptr, .flags = g, .b = (uint64_t)(uintptr_t)cap,
-                           .c = (uint64_t)(uintptr_t)h, .extra = staleness(h)};
+            uint32_t why = staleness(h);
+            /* a struct gone or freed is not read */
+            uint32_t fp = h && why != CS_STALE_UNLOADED && why != CS_STALE_CHANGED ? allocator_fp(h) : 0;
+            cs_event ev = {.kind = CS_EV_NP_FREE, .obj = ptr, .flags = g, .a = fp,
+                           .b = (uint64_t)(uintptr_t)cap, .c = (uint64_t)(uintptr_t)h,
+                           .extra = why};
             /* a free's native frames are numpy's own dealloc path; where
              * the array died is the Python line */
             cs_emit(&ev, CS_STACK_PYTHON, NULL, NULL);
@@ -651,6 +701,8 @@ static void hook_free(void *p)
             cs_emit(&w, 0, NULL, NULL);
         cs_emit(&ev, 1, NULL, NULL); /* reported before a bad free can abort */
     }
+    if (cs_qr_take(p, CS_FREED_LIBC))
+        return; /* a released managed struct: its free waits (quarantine.c) */
     free(p);
 }
 

@@ -22,6 +22,7 @@
 #include "livestate.h"
 #include "reach.h"
 #include "pyapi.h"
+#include "quarantine.h"
 #include "seenset.h"
 #include "spin.h"
 #include "stack.h"
@@ -286,6 +287,7 @@ static int scan_process(const uint64_t *keys, size_t n, const void *also, size_t
     cs_reach_own(r, also, also_n);
     cs_lc_own_memory(cs_lc, cs_reach_own, r);
     cs_findings_own_memory(cs_reach_own, r);
+    cs_qr_own_memory(cs_reach_own, r); /* freed blocks, their free deferred */
     cs_reach_run(r, cb, ud);
     return 0;
 }

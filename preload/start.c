@@ -27,6 +27,7 @@
 #include "options.h"
 #include "probe.h"
 #include "pyapi.h"
+#include "quarantine.h"
 #include "stack.h"
 #include "tracefile.h"
 #include "unwfd.h"
@@ -184,6 +185,7 @@ static void last_verdict(void *unused)
 {
     (void)unused;
     int st = cs_runtime_finish(CS_END_EXIT, exit_status);
+    cs_qr_flush(); /* nothing runs after this handler */
     if (st != exit_status) {
         fflush(NULL);
         _exit(st);
@@ -225,10 +227,12 @@ static void fork_prepare(void)
         cs_lc_lock_all(cs_lc);
     cs_stack_fork_lock(1);
     cs_trace_fork_lock(1);
+    cs_qr_fork_lock(1); /* held for no other lock */
 }
 
 static void fork_parent(void)
 {
+    cs_qr_fork_lock(0);
     cs_trace_fork_lock(0);
     cs_stack_fork_lock(0);
     if (cs_lc)
@@ -237,6 +241,7 @@ static void fork_parent(void)
 
 static void fork_child(void)
 {
+    cs_qr_fork_lock(0);
     cs_trace_fork_lock(0);
     cs_stack_fork_lock(0);
     if (cs_lc) {

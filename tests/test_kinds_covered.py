@@ -11,6 +11,7 @@ HERE = Path(__file__).resolve().parent
 
 COVERED = {
     "dlpack-double-delete": ["test_dlpack_findings.py::test_double_delete",
+                             "test_dlpack_findings.py::test_released_struct_quarantined",
                              "test_dlpack_versioned.py::test_versioned_double_delete"],
     "dlpack-unchecked-destructor": ["test_dlpack_findings.py::test_unchecked_destructor"],
     "dlpack-not-renamed": ["test_dlpack_findings.py::test_not_renamed",
@@ -26,7 +27,8 @@ COVERED = {
                             "test_dlpack_findings.py::test_null_deleter_call_segfaults"],
     "dlpack-bad-tensor": ["test_dlpack_findings.py::test_bad_tensor",
                           "test_dlpack_versioned.py::test_versioned_bad_tensor_shape_written"],
-    "dlpack-byte-offset-ignored": ["test_dlpack_findings.py::test_byte_offset_ignored_by_torch"],
+    "dlpack-byte-offset-ignored": ["test_dlpack_findings.py::test_byte_offset_ignored_by_torch",
+                                   "test_dlpack_findings.py::test_byte_offset_dropped_by_reexport"],
     "dlpack-deleter-no-gil": ["test_gil.py::test_deleter_uses_python_without_gil"],
     "dlpack-device-mismatch": ["test_dlpack_findings.py::test_device_mismatch"],
     "numpy-leak": ["test_numpy_findings.py::test_leak_keep_forever",
@@ -37,6 +39,7 @@ COVERED = {
     "numpy-foreign-free": ["test_numpy_findings.py::test_foreign_free_offset16_really_crashes",
                            "test_numpy_findings.py::test_foreign_free_exact_trace"],
     "numpy-stale-handler": ["test_numpy_findings.py::test_stale_handler_swapped_in_place",
+                            "test_numpy_findings.py::test_pool_switch_in_place",
                             "test_numpy_findings.py::test_stale_handler_struct_freed",
                             "test_numpy_findings.py::test_stale_handler_ctx_freed"],
     "numpy-bad-handler": ["test_numpy_findings.py::test_bad_handler_whole_run",

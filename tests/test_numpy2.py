@@ -134,6 +134,16 @@ def test_stale_handler_swapped_in_place(tmp_path, tag):
     F.check_stale_handler_swapped_in_place(tmp_path, np2(tag))
 
 
+@pytest.mark.parametrize("tag", SUBSET)
+def test_pool_switch_in_place(tmp_path, tag):
+    F.check_pool_switch_in_place(tmp_path, np2(tag))
+
+
+@pytest.mark.parametrize("tag", SUBSET)
+def test_pool_switch_clean(tmp_path, tag):
+    F.check_pool_switch_clean(tmp_path, np2(tag))
+
+
 @pytest.mark.parametrize("tag", FULL)
 def test_stale_handler_struct_freed(tmp_path, tag):
     F.check_stale_handler_struct_freed(tmp_path, np2(tag))

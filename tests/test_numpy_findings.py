@@ -241,6 +241,46 @@ def test_stale_handler_swapped_in_place(tmp_path):
     check_stale_handler_swapped_in_place(tmp_path)
 
 
+def check_pool_switch_in_place(tmp_path, py=STATIC_PY):
+    """A pooled allocator's "switch pools" API re-points its immortal
+    handler's ctx in place, and makes it current again, while an array it
+    allocated is alive: numpy frees that array through the other pool. The
+    pools' books show it natively; capsan says it at the free, naming the
+    alloc (each block remembers the ctx and functions it was made with)."""
+    script = S / "np_pool_switch.py"
+    native = run_plain(script, args=["live"], env=np_env(py), interpreter=py)
+    assert native.returncode == 0, native.stderr
+    assert "('pageable', (1, 8000)), ('pinned', (-1, -8000))" in native.stdout, native.stdout
+    for what in ("live", "back", "funcs"):
+        res = run_capsan(script, tmp_path / what, args=[what], env=np_env(py), interpreter=py)
+        assert res.returncode == DEFAULT_EXITCODE and "stats" in res.stdout, res.describe()
+        fs = report_findings(res)
+        assert kinds(res.report) == {"numpy-stale-handler"}, (what, res.describe())
+        f = assert_at(fs, "numpy-stale-handler", script, "free-" + what, event="free")
+        assert_at(fs, "numpy-stale-handler", script, "alloc-" + what, event="alloc")
+        assert "re-pointed in place" in f["message"], f["message"]
+        assert len(fs) == 1, summarize_list(fs)
+        assert_lsan_stderr(res.stderr, "numpy-stale-handler")
+
+
+def test_pool_switch_in_place(tmp_path):
+    check_pool_switch_in_place(tmp_path)
+
+
+def check_pool_switch_clean(tmp_path, py=STATIC_PY):
+    """The twins: the same switches with no array alive across them, and
+    functions "re-pointed" to the very same pointers: nothing to report."""
+    script = S / "np_pool_switch.py"
+    for what in ("idle", "same"):
+        res = run_capsan(script, tmp_path / what, args=[what], env=np_env(py), interpreter=py)
+        assert res.returncode == 0 and "stats" in res.stdout, res.describe()
+        assert findings(res.report) == [], (what, res.describe())
+
+
+def test_pool_switch_clean(tmp_path):
+    check_pool_switch_clean(tmp_path)
+
+
 def check_stale_handler_struct_freed(tmp_path, py=STATIC_PY):
     """The PyDataMem_Handler struct is free()d while an array still uses it.
     Whether the program then survives depends on whether malloc reused the

@@ -1,8 +1,8 @@
 """Bugs that shipped in released libraries (issue 20): each is installed
 from the package registry into a venv of .ci/realworld, triggered by the
 smallest program, verified natively (an abort, a crash), caught by capsan
-with the right kind and Python line, and its fixed release (the venvs of
-.ci/venvs) is silent."""
+with the right kind and Python line, and its fixed release (a venv of
+.ci/venvs, or of .ci/realworld beside the buggy one) is silent."""
 import subprocess
 from pathlib import Path
 
@@ -89,3 +89,33 @@ def test_numpy_2_destructor_returns(tmp_path):
     got = kinds(res.report)
     assert "dlpack-bad-tensor" in got and "dlpack-destructor-reentered" not in got, got
     assert got <= {"dlpack-bad-tensor", "dlpack-leak", "numpy-leak"}, summarize(res.report)
+
+
+VIEW = SCENARIOS / "rw_view_offset.py"
+
+
+def test_cuda_core_1_1_view_drops_byte_offset(tmp_path):
+    """cuda-core 1.1.0's StridedMemoryView re-exports a consumed tensor from
+    its data field, byte_offset dropped: numpy reads the wrong elements
+    natively; capsan names the re-export's line."""
+    py = released("cuda-core-1.1.0")
+    cp = native(VIEW, py)
+    assert cp.returncode == 0 and "sum 2.0" in cp.stdout, (cp.stdout, cp.stderr[-2000:])
+    res = run_capsan(VIEW, tmp_path, interpreter=py)
+    assert res.returncode == 23 and "sum 2.0" in res.stdout, res.describe()
+    f = assert_finding_at(res, "dlpack-byte-offset-ignored", VIEW, "reexport", event="reexport",
+                          innermost=False)
+    assert "re-exported" in f["message"] and "byte_offset 16" in f["message"], f["message"]
+    assert_finding_at(res, "dlpack-byte-offset-ignored", VIEW, "consume", event="consume",
+                      innermost=False)
+    assert kinds(res.report) == {"dlpack-byte-offset-ignored"}, summarize(res.report)
+
+
+def test_cuda_core_1_2_view_keeps_byte_offset(tmp_path):
+    """The fixed twin, cuda-core 1.2.2: the view starts at data +
+    byte_offset, numpy sums 28.0, and capsan says nothing."""
+    py = released("cuda-core-1.2.2")
+    cp = native(VIEW, py)
+    assert cp.returncode == 0 and "sum 28.0" in cp.stdout, (cp.stdout, cp.stderr[-2000:])
+    res = run_capsan(VIEW, tmp_path, interpreter=py)
+    assert res.returncode == 0 and findings(res.report) == [], summarize(res.report)
