@@ -192,7 +192,7 @@ void cs_lc_totals_get(cs_lifecycle *lc, cs_lc_totals *out);
 
 /* Object namespaces: a DLPack struct and a NumPy block may share an address
  * over time, so they are judged apart. */
-enum cs_ns { CS_NS_DLPACK = 0, CS_NS_NUMPY = 1 };
+enum cs_ns { CS_NS_DLPACK = 0, CS_NS_NUMPY = 1, CS_NS_ARROW = 2 /* capsan's records */ };
 enum cs_obj_state { CS_ST_UNKNOWN = 0, CS_ST_CREATED, CS_ST_CONSUMED, CS_ST_RELEASED };
 /* State of one object (call with its stripe locked in the runtime). */
 int cs_lc_state(cs_lifecycle *lc, int ns, uint64_t obj);

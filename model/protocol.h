@@ -10,6 +10,7 @@
  *   proto_xapi.c    DLPack 1.3's exchange API (R50-R56); its tensors then
  *                   live by the DLPack rules (deleter, data, leaks)
  *   proto_numpy.c   NEP 49 data blocks (R27-R33)
+ *   proto_arrow.c   Arrow C Data / C Stream structs in capsules (R40-R48)
  * The verdicts at a process's end are verdicts.c's. */
 #ifndef CAPSAN_PROTOCOL_H
 #define CAPSAN_PROTOCOL_H
@@ -27,13 +28,15 @@ typedef struct cs_protocol {
     cs_rule rules[CS_EV_KINDS];    /* by event kind; NULL: nothing to judge */
 } cs_protocol;
 
-extern const cs_protocol cs_proto_dlpack, cs_proto_xapi, cs_proto_numpy;
+extern const cs_protocol cs_proto_dlpack, cs_proto_xapi, cs_proto_numpy, cs_proto_arrow;
 
 /* The protocol an event belongs to. */
 static inline const cs_protocol *cs_protocol_of(const cs_event *ev)
 {
     if (CS_EV_IS_NUMPY(ev->kind))
         return &cs_proto_numpy;
+    if (CS_EV_IS_ARROW(ev->kind))
+        return &cs_proto_arrow;
     if (ev->kind == CS_EV_XHANDOVER || ev->kind == CS_EV_XCHECK ||
         (ev->kind == CS_EV_EXPORT && (ev->aux & CS_DLV_X)) ||
         (ev->kind == CS_EV_DELETE && ev->aux == CS_DELETE_VIEW_END))

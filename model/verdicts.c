@@ -247,6 +247,11 @@ int cs_lc_finish(cs_lifecycle *lc, int how)
             o->flags |= OF_LEAK_REPORTED;
             if (o->ns == CS_NS_NUMPY) {
                 ot_report(lc, NULL, CS_KIND_NUMPY_LEAK, o, NULL, 0, 0);
+            } else if (o->ns == CS_NS_ARROW) {
+                /* moved out (or a stream's result) and never released, or
+                 * its capsule never died */
+                ot_report(lc, NULL, CS_KIND_ARROW_LEAK, o, NULL,
+                          o->state == CS_ST_CONSUMED ? CS_LEAK_CONSUMED : CS_LEAK_NEVER_CONSUMED, 0);
             } else {
                 report_tensor_leak(lc, o,
                                    (o->flags & OF_DROPPED)        ? CS_LEAK_SHUTDOWN

@@ -14,6 +14,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "arrow.h"
 #include "capsan.h"
 #include "deleter.h"
 #include "dltensor.h"
@@ -201,6 +202,25 @@ static void reentry_event(PyObject_ *cap, void *mt)
     cs_emit(&ev, 1, NULL, NULL);
 }
 
+/* An Arrow capsule dying: its struct is judged around the producer's
+ * destructor (arrow.c); the name may have been changed (R40) */
+static void arrow_dtor(PyObject_ *cap, cs_capsule_dtor orig, cs_thread *t, void *ptr)
+{
+    cs_ar_dying d;
+    cs_ar_dtor_enter(cap, ptr, orig != NULL, &d);
+    void *saved = t ? t->dtor_capsule : NULL;
+    if (t)
+        t->dtor_capsule = cap;
+    if (orig)
+        orig(cap);
+    if (t)
+        t->dtor_capsule = saved;
+    const capsule_obj *dc = direct(cap);
+    if (dc)
+        ((capsule_obj *)dc)->pointer = NULL;
+    cs_ar_dtor_exit(cap, &d);
+}
+
 void cs_capsule_dtor_body(PyObject_ *cap, unsigned k)
 {
     cs_capsule_dtor orig = k < NSTUBS ? dtors[k] : NULL;
@@ -208,6 +228,10 @@ void cs_capsule_dtor_body(PyObject_ *cap, unsigned k)
     const char *name = cap_name(cap);
     int nk = name_kind(name);
     void *mt = cap_pointer(cap, name);
+    if (NK_IS_ARROW(nk) || (nk == NK_NONE && cs_ar_known(cap))) {
+        arrow_dtor(cap, orig, t, mt);
+        return;
+    }
     if (t && t->dtor_capsule == cap && cs_recording && reentered != cap) {
         /* R4: the destructor resurrected the capsule it is destroying and
          * it dies again inside itself: a recursion that ends in SIGSEGV.
@@ -276,6 +300,22 @@ static void export(void *mt, PyObject_ *cap, int versioned, uint8_t gil_flags)
 
 #define GIL_CHECK() cs_check_gil(__builtin_return_address(0), CS_NOGIL_CAPSULE)
 
+/* An Arrow capsule: its destructor wrapped (a NULL one too: its death is
+ * judged), its struct followed from here (arrow.c) */
+static PyObject_ *arrow_new(void *ptr, const char *name, cs_capsule_dtor dtor, int nk, uint8_t g)
+{
+    int k = stub_for(dtor);
+    if (k < 0)
+        return cs_py.Capsule_New(ptr, name, dtor);
+    PyObject_ *cap = cs_py.Capsule_New(ptr, name, stub((unsigned)k));
+    if (!cap)
+        return NULL;
+    if (!capsule_type)
+        learn_layout(cap, ptr, name, stub((unsigned)k));
+    cs_ar_new(cap, ptr, NK_AR_TYPE(nk), dtor != NULL, g);
+    return cap;
+}
+
 static PyObject_ *hook_New(void *ptr, const char *name, cs_capsule_dtor dtor)
 {
     int nk = name_kind(name);
@@ -284,6 +324,8 @@ static PyObject_ *hook_New(void *ptr, const char *name, cs_capsule_dtor dtor)
         return cs_py.Capsule_New(ptr, name, dtor);
     if (nk == NK_XAPI) /* a producer making its exchange table's capsule: followed now */
         return cs_py.Capsule_New(cs_xapi_table(ptr, 0), name, dtor);
+    if (NK_IS_ARROW(nk))
+        return arrow_new(ptr, name, dtor, nk, g);
     /* numpy's own numpy_dltensor capsule, made inside the from_dlpack call
      * whose consume event has the stack, is not an event: the delete it
      * makes later carries numpy's frames. Its destructor is wrapped all the
@@ -398,6 +440,12 @@ static int hook_SetName(PyObject_ *cap, const char *name)
         return cs_py.Capsule_SetName(cap, name);
     const char *old = cap_name(cap);
     int ok = name_kind(old);
+    if (NK_IS_ARROW(ok)) {
+        int rc = cs_py.Capsule_SetName(cap, name);
+        if (rc == 0)
+            cs_ar_renamed(cap);
+        return rc;
+    }
     struct { void *mt; int versioned; } e = {cap_pointer(cap, old),
                                              ok == NK_DLV || ok == NK_USEDV};
     int rc = cs_py.Capsule_SetName(cap, name);
@@ -463,6 +511,10 @@ static void *hook_GetPointer(PyObject_ *cap, const char *name)
         /* the producer's destructor reading its own capsule */
         if (nk == NK_DL || nk == NK_DLV)
             dtor_took = cap;
+        return p;
+    }
+    if (NK_IS_ARROW(nk)) {
+        cs_ar_read(cap, p);
         return p;
     }
     cs_event ev = {.obj = (uint64_t)(uintptr_t)p, .a = (uint64_t)(uintptr_t)cap};

@@ -2,6 +2,7 @@
  * emit path, the trace's prologue, and the ending (leak verdicts, the
  * exit status). It calls no hook module: start.c starts them and it. */
 #include "runtime.h"
+#include "arrow.h"
 
 #include <dlfcn.h>
 #include <fcntl.h>
@@ -76,7 +77,9 @@ static void maybe_counts(uint64_t now)
 
 static int ns_of(const cs_event *ev)
 {
-    return CS_EV_IS_NUMPY(ev->kind) ? CS_NS_NUMPY : CS_NS_DLPACK;
+    return CS_EV_IS_NUMPY(ev->kind)   ? CS_NS_NUMPY
+           : CS_EV_IS_ARROW(ev->kind) ? CS_NS_ARROW
+                                      : CS_NS_DLPACK;
 }
 
 static void halt(void);
@@ -270,6 +273,29 @@ static void note_reachable_any(void *ud, uint64_t key, uint64_t where, uint64_t 
     cs_emit(&ev, 0, NULL, NULL);
 }
 
+/* at exit: a live Arrow struct that still holds its record somewhere */
+static void note_arrow_reachable(void *ud, uint64_t key, uint64_t where, uint64_t base,
+                                 unsigned region)
+{
+    (void)ud, (void)base;
+    cs_event ev = {.kind = CS_EV_AR_REACHABLE, .aux = (uint16_t)region, .obj = key, .a = where};
+    cs_emit(&ev, 0, NULL, NULL);
+}
+
+static int scan_process(const uint64_t *keys, size_t n, const void *also, size_t also_n,
+                        cs_root_cb cb, void *ud);
+
+/* Arrow structs moved out and never released: those whose copy is still
+ * stored somewhere are held, not leaked (every copy carries its record) */
+static void scan_arrow_at_end(void)
+{
+    uint64_t *keys;
+    size_t n = cs_lc_live_keys(cs_lc, CS_NS_ARROW, &keys);
+    if (n)
+        scan_process(keys, n, NULL, 0, note_arrow_reachable, NULL);
+    free(keys);
+}
+
 /* ---- API mode: a scope's unreleased tensors ---- */
 
 uint64_t capsan_now_ns(void) { return cs_now_ns(); }
@@ -286,6 +312,7 @@ static int scan_process(const uint64_t *keys, size_t n, const void *also, size_t
     cs_reach_own(r, also, also_n);
     cs_lc_own_memory(cs_lc, cs_reach_own, r);
     cs_findings_own_memory(cs_reach_own, r);
+    cs_ar_own_memory(cs_reach_own, r);
     cs_reach_run(r, cb, ud);
     return 0;
 }
@@ -382,6 +409,8 @@ int cs_runtime_finish(int how, int status)
             cs_roots_scan(keys, n, note_reachable, NULL);
         free(keys);
     }
+    if ((how == CS_END_EXIT || how == CS_END_QUICK_EXIT) && !api_mode && cs_lc)
+        scan_arrow_at_end();
     if (how == CS_END_QUICK_EXIT && !api_mode && cs_lc)
         scan_at_quick_exit();
     cs_thread *t = cs_thread_get();
