@@ -153,7 +153,7 @@ check-numpy: all fixtures fixtures-current
 test-install: all venvs
 	@cd tests && CAPSAN_INSTALL_PYTHONS=all $(PYTHON) -m pytest -q -p no:cacheprovider test_install.py $(PYTEST_ARGS)
 
-bench: all fixtures venvs
+bench: all fixtures venvs arrow-venvs
 	@$(PYTHON) bench/run.py
 
 # instructions per loop iteration under callgrind only (bench/icount.py):

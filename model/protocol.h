@@ -35,7 +35,7 @@ static inline const cs_protocol *cs_protocol_of(const cs_event *ev)
 {
     if (CS_EV_IS_NUMPY(ev->kind))
         return &cs_proto_numpy;
-    if (CS_EV_IS_ARROW(ev->kind))
+    if (__builtin_expect(ev->kind >= CS_EV_AR_EXPORT, 0)) /* the Arrow kinds are the last */
         return &cs_proto_arrow;
     if (ev->kind == CS_EV_XHANDOVER || ev->kind == CS_EV_XCHECK ||
         (ev->kind == CS_EV_EXPORT && (ev->aux & CS_DLV_X)) ||

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "capsan.h"
 #include "options.h"
 #include "probe.h"
 #include "runtime.h"
@@ -550,4 +551,16 @@ void cs_ar_renamed(PyObject_ *cap)
     ar_rec *r = ctab_get(cap, 0);
     if (r)
         check_failed(r, cap, CS_ARK_RENAMED, 0, 0);
+}
+
+/* ---- for capsan.describe() ---- */
+
+void *capsan_arrow_original(const void *s, int type, int what)
+{
+    if (type < CS_AR_SCHEMA || type > CS_AR_DEVICE_STREAM || !cs_probe_read(s, lay[type].full))
+        return NULL;
+    ar_rec *r = FIELD(s, lay[type].pd);
+    if (!is_rec(r) || !atomic_load(&r->wrapped) || r->type != type)
+        return NULL;
+    return what ? r->pd : r->release;
 }

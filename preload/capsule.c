@@ -204,7 +204,8 @@ static void reentry_event(PyObject_ *cap, void *mt)
 
 /* An Arrow capsule dying: its struct is judged around the producer's
  * destructor (arrow.c); the name may have been changed (R40) */
-static void arrow_dtor(PyObject_ *cap, cs_capsule_dtor orig, cs_thread *t, void *ptr)
+__attribute__((noinline, cold)) static void arrow_dtor(PyObject_ *cap, cs_capsule_dtor orig,
+                                                       cs_thread *t, void *ptr)
 {
     cs_ar_dying d;
     cs_ar_dtor_enter(cap, ptr, orig != NULL, &d);
@@ -302,7 +303,8 @@ static void export(void *mt, PyObject_ *cap, int versioned, uint8_t gil_flags)
 
 /* An Arrow capsule: its destructor wrapped (a NULL one too: its death is
  * judged), its struct followed from here (arrow.c) */
-static PyObject_ *arrow_new(void *ptr, const char *name, cs_capsule_dtor dtor, int nk, uint8_t g)
+__attribute__((noinline, cold)) static PyObject_ *arrow_new(void *ptr, const char *name,
+                                                            cs_capsule_dtor dtor, int nk, uint8_t g)
 {
     int k = stub_for(dtor);
     if (k < 0)

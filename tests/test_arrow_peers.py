@@ -39,3 +39,18 @@ def test_polars_silent_reconsume(tmp_path, apy):
     assert_finding_at(res, "arrow-reconsume", script, "first", event="borrow", innermost=False)
     assert_finding_at(res, "arrow-reconsume", script, "export", event="export")
     assert kinds(res.report) == {"arrow-reconsume"}, res.describe()
+
+
+def test_pyarrow_own_c_data_interface_tests(tmp_path, apy):
+    """pyarrow's wheel ships its tests of the C data interface
+    (pyarrow/tests/test_cffi.py, with cffi): they pass under capsan, which
+    has nothing to say about them."""
+    import subprocess
+    site = subprocess.run([str(apy), "-c", "import pyarrow, os; print(os.path.dirname(pyarrow.__file__))"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    suite = f"{site}/tests/test_cffi.py"
+    code = ("import sys, pytest; sys.exit(pytest.main(['-q', '-p', 'no:cacheprovider', %r]))" % suite)
+    res = run_capsan(code, tmp_path, interpreter=apy, timeout=600)
+    assert res.returncode == 0, res.describe()
+    assert " passed" in res.stdout and " failed" not in res.stdout, res.stdout[-2000:]
+    assert findings(res.report) == [], res.describe()
