@@ -159,6 +159,12 @@ size_t cs_lc_consumed_since(cs_lifecycle *lc, uint64_t since_ns, uint64_t **out)
  * NumPy blocks its data lies in as its indirect part. 1 if reported. */
 int cs_lc_report_dlpack_leak(cs_lifecycle *lc, uint64_t key);
 
+/* The same for Arrow structs: moved out (or a stream's results) since
+ * since_ns and not released, sorted into *out; and one reported as an
+ * arrow-leak now (proto_arrow.c). */
+size_t cs_lc_arrow_moved_since(cs_lifecycle *lc, uint64_t since_ns, uint64_t **out);
+int cs_lc_report_arrow_leak(cs_lifecycle *lc, uint64_t key);
+
 /* The live, unreported objects of a namespace (what cs_lc_finish would
  * judge), sorted by address into a malloc'd *out the caller frees.
  * Returns how many; 0 with *out == NULL when there are none. */

@@ -11,6 +11,8 @@
  * stream callback's result), RELEASED. */
 #include "protocol.h"
 
+#include <stdlib.h>
+
 /* Per-object flags of this namespace (its own bits, beside the generic
  * OF_LEAK_REPORTED / OF_TRACED / OF_CAPSULE_DEAD) */
 #define AF_READ (1u << 24)       /* a consumer read it while it was set */
@@ -134,18 +136,6 @@ static unsigned on_check(cs_lifecycle *lc, stripe *st, obj *o, const cs_event *e
     return 0;
 }
 
-/* at exit: something still holds the struct (LeakSanitizer's "still
- * reachable"): not a leak */
-static unsigned on_reachable(cs_lifecycle *lc, stripe *st, obj *o, const cs_event *ev, judge *j)
-{
-    (void)lc;
-    if (o && o->state != CS_ST_RELEASED) {
-        o->flags |= OF_REACHABLE;
-        ot_hist_add(st, o, ev, j);
-    }
-    return 0;
-}
-
 const cs_protocol cs_proto_arrow = {
     .name = "Arrow PyCapsule interface",
     .ns = CS_NS_ARROW,
@@ -156,6 +146,53 @@ const cs_protocol cs_proto_arrow = {
         [CS_EV_AR_CALL] = on_call,
         [CS_EV_AR_DESTROY] = on_destroy,
         [CS_EV_AR_CHECK] = on_check,
-        [CS_EV_AR_REACHABLE] = on_reachable,
+        [CS_EV_AR_REACHABLE] = cs_rule_reachable, /* held, not leaked */
     },
 };
+
+/* ---- a scope's end (API mode) ---- */
+
+typedef struct moved_list {
+    uint64_t since_ns;
+    uint64_t *v;
+    size_t n, cap;
+} moved_list;
+
+static void moved_since(cs_lifecycle *lc, obj *o, void *ud)
+{
+    (void)lc;
+    moved_list *l = ud;
+    if (o->state == CS_ST_CONSUMED && o->nhist && o->hist[0].time_ns >= l->since_ns &&
+        ot_room_for_one(&l->v, l->n, &l->cap, sizeof *l->v))
+        l->v[l->n++] = o->key;
+}
+
+static int cmp_key(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return (x > y) - (x < y);
+}
+
+size_t cs_lc_arrow_moved_since(cs_lifecycle *lc, uint64_t since_ns, uint64_t **out)
+{
+    moved_list l = {since_ns, NULL, 0, 0};
+    ot_each_live(lc, CS_NS_ARROW, moved_since, &l);
+    if (l.n)
+        qsort(l.v, l.n, sizeof *l.v, cmp_key);
+    *out = l.v;
+    return l.n;
+}
+
+int cs_lc_report_arrow_leak(cs_lifecycle *lc, uint64_t key)
+{
+    stripe *st = ot_stripe_of(lc, key);
+    ot_lock(lc, st);
+    obj *o = ot_find(st, key, CS_NS_ARROW);
+    int n = o && o->state == CS_ST_CONSUMED && !(o->flags & OF_LEAK_REPORTED);
+    if (n) {
+        o->flags |= OF_LEAK_REPORTED;
+        ot_report(lc, NULL, CS_KIND_ARROW_LEAK, o, NULL, CS_LEAK_CONSUMED, 0);
+    }
+    ot_unlock(lc, st);
+    return n;
+}

@@ -33,10 +33,15 @@ extern const cs_protocol cs_proto_dlpack, cs_proto_xapi, cs_proto_numpy, cs_prot
 /* The protocol an event belongs to. */
 static inline const cs_protocol *cs_protocol_of(const cs_event *ev)
 {
-    if (CS_EV_IS_NUMPY(ev->kind))
-        return &cs_proto_numpy;
-    if (__builtin_expect(ev->kind >= CS_EV_AR_EXPORT, 0)) /* the Arrow kinds are the last */
-        return &cs_proto_arrow;
+    /* the kinds that name their protocol alone: NumPy's 16..23, Arrow's
+     * 25..31 (one load and one test, as the NumPy range check was) */
+    static const cs_protocol *const own[256] = {
+        [CS_EV_NP_ALLOC ... 23] = &cs_proto_numpy,
+        [CS_EV_AR_EXPORT ... 31] = &cs_proto_arrow,
+    };
+    const cs_protocol *p = own[ev->kind];
+    if (p)
+        return p;
     if (ev->kind == CS_EV_XHANDOVER || ev->kind == CS_EV_XCHECK ||
         (ev->kind == CS_EV_EXPORT && (ev->aux & CS_DLV_X)) ||
         (ev->kind == CS_EV_DELETE && ev->aux == CS_DELETE_VIEW_END))
@@ -48,5 +53,9 @@ static inline const cs_protocol *cs_protocol_of(const cs_event *ev)
  * and the capsule was used after that (or the process ends with it):
  * dlpack-not-renamed, once, with ev (may be NULL) as the evidence. */
 void cs_dl_not_renamed(cs_lifecycle *lc, stripe *st, obj *o, const cs_event *ev, judge *j);
+
+/* A live object whose address (Arrow: whose record) the scan at the end
+ * found stored somewhere: held, not leaked (proto_dlpack.c; Arrow's too). */
+unsigned cs_rule_reachable(cs_lifecycle *lc, stripe *st, obj *o, const cs_event *ev, judge *j);
 
 #endif

@@ -201,7 +201,6 @@ void cs_ar_own_memory(void (*fn)(void *ud, const void *p, size_t n), void *ud)
         fn(ud, ctab, ccap * sizeof *ctab);
 }
 
-int cs_ar_known(PyObject_ *cap) { return ctab_get(cap, 0) != NULL; }
 
 /* ---- trampolines ---- */
 

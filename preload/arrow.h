@@ -35,8 +35,6 @@ void cs_ar_dtor_enter(PyObject_ *cap, void *ptr, int has_dtor, cs_ar_dying *d);
 void cs_ar_dtor_exit(PyObject_ *cap, cs_ar_dying *d);
 /* PyCapsule_SetName on an Arrow capsule (R40). */
 void cs_ar_renamed(PyObject_ *cap);
-/* 1 if cap is an Arrow capsule capsan follows (whatever its name now). */
-int cs_ar_known(PyObject_ *cap);
 
 /* capsan's own memory that holds records (for a reachability scan) */
 void cs_ar_own_memory(void (*fn)(void *ud, const void *p, size_t n), void *ud);

@@ -334,12 +334,21 @@ static void note_found(void *ud, uint64_t key, uint64_t where, uint64_t base, un
         f->found[i] = 1;
 }
 
+static int scope_leaks(uint64_t since_ns, int arrow);
+
+/* the tensors, then the Arrow structs, of the scope */
 int capsan_scope_dlpack_leaks(uint64_t since_ns)
 {
     if (!cs_lc || !cs_recording)
         return 0;
+    return scope_leaks(since_ns, 0) + scope_leaks(since_ns, 1);
+}
+
+static int scope_leaks(uint64_t since_ns, int arrow)
+{
     uint64_t *keys;
-    size_t n = cs_lc_consumed_since(cs_lc, since_ns, &keys);
+    size_t n = arrow ? cs_lc_arrow_moved_since(cs_lc, since_ns, &keys)
+                     : cs_lc_consumed_since(cs_lc, since_ns, &keys);
     if (!n)
         return 0;
     /* most tensors a scope consumed are released by its end: only the
@@ -353,7 +362,8 @@ int capsan_scope_dlpack_leaks(uint64_t since_ns)
                 continue; /* still referenced: the program may release it later */
             if (t)
                 t->busy = 1; /* the report's own allocations are not events */
-            reported += cs_lc_report_dlpack_leak(cs_lc, keys[i]);
+            reported += arrow ? cs_lc_report_arrow_leak(cs_lc, keys[i])
+                              : cs_lc_report_dlpack_leak(cs_lc, keys[i]);
             if (t)
                 t->busy = 0;
         }

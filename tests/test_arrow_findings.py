@@ -168,3 +168,28 @@ def test_no_touch_mode_still_sees_capsules(tmp_path, py):
     assert_finding_at(res, "arrow-leak", S, "export-array", event="export")
     res = run(tmp_path / "c", py, "leak", ["arrow_wrap=0"])
     assert findings(res.report) == [], res.describe()
+
+
+def test_scope_leak_in_api_mode(tmp_path, interp):
+    """`import capsan`: the leak is judged when its capsan.trace() scope ends."""
+    import json
+    import subprocess
+    from conftest import BUILD, base_env
+    env = base_env(None, interp)
+    env["PYTHONPATH"] = f"{BUILD / 'python'}:{env['PYTHONPATH']}"
+    cp = subprocess.run([str(interp), str(SCENARIOS / "ar_scope.py")], capture_output=True,
+                        text=True, env=env, timeout=120)
+    lines = [json.loads(x) for x in cp.stdout.splitlines() if x.startswith("[")]
+    assert lines == [["arrow-leak"], []], (cp.returncode, cp.stdout, cp.stderr[-3000:])
+
+
+def test_killed_process_holds_arrow_structs(tmp_path):
+    """SIGKILL: no leak verdict, but what it held is listed as arrow-leak warnings."""
+    from conftest import BUILD, FIXDIR
+    script = SCENARIOS / "ar_scope.py"
+    res = run_capsan(script, tmp_path, interpreter=INTERPRETERS["static"], args=["kill"],
+                     env={"PYTHONPATH": f"{BUILD / 'python'}:{FIXDIR}"})
+    assert is_signal(res.returncode, signal.SIGKILL), res.describe()
+    fs = findings(res.report, "arrow-leak")
+    assert fs and all(f["severity"] == "warning" for f in fs), res.describe()
+    assert_finding_at(res, "arrow-leak", script, "export", event="export")
