@@ -193,3 +193,22 @@ def test_killed_process_holds_arrow_structs(tmp_path):
     fs = findings(res.report, "arrow-leak")
     assert fs and all(f["severity"] == "warning" for f in fs), res.describe()
     assert_finding_at(res, "arrow-leak", script, "export", event="export")
+
+
+def test_pytest_plugin_fails_arrow_tests(tmp_path):
+    """pytest --capsan: the test that leaks an Arrow array and the one that
+    consumes a capsule twice fail, naming the kind; the clean one passes."""
+    import shutil
+    import subprocess
+    from conftest import BUILD, FIXDIR
+    case = tmp_path / "test_ar_cases.py"
+    shutil.copy(SCENARIOS / "ar_pytest_cases.py", case)
+    env = dict(__import__("os").environ, PYTHONPATH=f"{BUILD / 'python'}:{FIXDIR}")
+    env.pop("LD_PRELOAD", None)
+    cp = subprocess.run(["/usr/bin/python3", "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                         "--capsan", str(case)], capture_output=True, text=True, env=env,
+                        cwd=tmp_path, timeout=300)
+    out = cp.stdout + cp.stderr
+    assert "FAILED test_ar_cases.py::test_leaky - capsan: arrow-leak" in out, out[-3000:]
+    assert "FAILED test_ar_cases.py::test_reconsume - capsan: arrow-reconsume" in out, out[-3000:]
+    assert "2 failed, 1 passed" in out, out[-3000:]
