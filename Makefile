@@ -45,7 +45,7 @@ PY_SRC   := $(wildcard pyhook/capsan/*.py)
 PY_OUT   := $(patsubst pyhook/capsan/%,$(B)/python/capsan/%,$(PY_SRC))
 
 .PHONY: all deps demo test test-c test-py bench install clean check-numpy venvs fixtures-current fixture-sos
-.PHONY: test-install realworld-venvs test-realworld
+.PHONY: test-install realworld-venvs test-realworld arrow-venvs
 all: $(B)/lib/libcapsan.so $(B)/bin/capsan python
 
 $(B)/obj/rt/%.o: %.c $(wildcard preload/*.h preload/*.inc model/*.h model/*.inc)
@@ -112,6 +112,13 @@ realworld-venvs:
 test-realworld: all fixtures fixtures-current realworld-venvs
 	@cd tests && $(PYTHON) -m pytest -q -p no:cacheprovider test_realworld.py $(PYTEST_ARGS)
 
+# The Arrow PyCapsule stack (.ci/arrowvenvs: pyarrow, polars, duckdb,
+# nanoarrow, arro3-core, pandas, pinned) for CPython 3.11 and 3.13:
+# build/arrowvenvs.txt lists "TAG PYTHON" for tests/test_arrow_peers.py
+arrow-venvs:
+	@mkdir -p $(B)
+	@bash .ci/arrowvenvs > $(B)/arrowvenvs.txt.new && mv $(B)/arrowvenvs.txt.new $(B)/arrowvenvs.txt
+
 fixtures-current: venvs
 	@while read -r tag py; do \
 	  $(MAKE) --no-print-directory fixture-sos PYTHON=$$py FIXOUT=$(B)/tests/$$tag || exit 1; \
@@ -125,7 +132,7 @@ demo: deps
 	@bash examples/demo.sh
 
 test: deps
-	@$(MAKE) --no-print-directory all fixtures fixtures-current realworld-venvs sanitizers fuzz-build wheel
+	@$(MAKE) --no-print-directory all fixtures fixtures-current realworld-venvs arrow-venvs sanitizers fuzz-build wheel
 	@$(MAKE) --no-print-directory test-c
 	@$(MAKE) --no-print-directory test-san fuzz-regress
 	@$(MAKE) --no-print-directory test-py
@@ -159,7 +166,7 @@ wheel:
 test-wheel: wheel venvs
 	@cd tests && $(PYTHON) -m pytest -q -p no:cacheprovider test_wheel.py $(PYTEST_ARGS)
 
-bench: all fixtures venvs
+bench: all fixtures venvs arrow-venvs
 	@$(PYTHON) bench/run.py
 
 # instructions per loop iteration under callgrind only (bench/icount.py):

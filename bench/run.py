@@ -358,6 +358,45 @@ def xapi_calls():
     print(f"  target (issue 21): {cfg} <= {limit:.2f}x by wall time: {r[cfg]:.2f}x, {verdict}")
 
 
+W4_TARGET = ("capsan, native+python stacks", 1.1)
+
+
+def arrow_python(tag):
+    """The Arrow venv's python (make arrow-venvs, build/arrowvenvs.txt), or None."""
+    try:
+        with open(os.path.join(ROOT, "build", "arrowvenvs.txt")) as f:
+            for line in f:
+                t, _, py = line.strip().partition(" ")
+                if t == tag:
+                    return py
+    except OSError:
+        pass
+    return None
+
+
+def arrow_exchange():
+    """W4 (bench/arrow_exchange.py) on the Arrow cp311 venv: a pyarrow reader
+    of 20,000 small batches scanned by duckdb, and 100,000 polars <-> pyarrow
+    round trips through stream capsules. Target (issue 19): stacks on <=
+    1.1x plain, each. BENCH_ONLY=w4 runs only this."""
+    py = arrow_python("cp311")
+    if not py:
+        print("W4 Arrow exchanges: skipped, no Arrow cp311 venv (make arrow-venvs)")
+        return
+    cfg, limit = W4_TARGET
+    for what, n in (("stream", os.environ.get("BENCH_W4_BATCHES", "20000")),
+                    ("roundtrip", os.environ.get("BENCH_W4_ROUNDTRIPS", "100000"))):
+        label = ("W4 pyarrow -> duckdb stream of %s batches" if what == "stream"
+                 else "W4 %s polars <-> pyarrow round trips") % n
+        r = measure(label + " (cp311 Arrow venv)",
+                    [py, os.path.join(ROOT, "bench", "arrow_exchange.py"), what, n],
+                    [("plain", None),
+                     ("capsan, native+python stacks", ""),
+                     ("capsan, stacks off", "native_depth=0:python_depth=0")], inner=True)
+        verdict = "met" if r[cfg] <= limit else "NOT met"
+        print(f"  target (issue 19): {cfg} <= {limit:.2f}x by wall time: {r[cfg]:.2f}x, {verdict}")
+
+
 TRACE_RECORDS = {1: "PAD", 2: "PROCESS", 3: "MODULE", 4: "CODE", 5: "FRAME", 6: "EVENT",
                  7: "THREAD", 8: "END", 9: "OPTIONS", 10: "COUNTS"}
 
@@ -505,6 +544,9 @@ def main():
     if os.environ.get("BENCH_ONLY") == "w3":
         xapi_calls()
         return
+    if os.environ.get("BENCH_ONLY") == "w4":
+        arrow_exchange()
+        return
     if os.environ.get("BENCH_ONLY") == "startup":
         startup()
         return
@@ -526,6 +568,7 @@ def main():
     icount.main()
     roundtrips()
     xapi_calls()
+    arrow_exchange()
     numpy_alloc()
     startup()
     allocator_cost()

@@ -1,6 +1,7 @@
 /* Finding kinds (kinds.inc) and the words reports use for findings and
  * events. */
 #include "lifecycle.h"
+#include "arrowtext.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -22,7 +23,8 @@ const char *cs_kind_help(int k) { return k > 0 && k < CS_KIND_COUNT ? kinds[k].h
 
 int cs_finding_severity(const cs_finding *f)
 {
-    if ((f->kind == CS_KIND_DLPACK_LEAK || f->kind == CS_KIND_NUMPY_LEAK) &&
+    if ((f->kind == CS_KIND_DLPACK_LEAK || f->kind == CS_KIND_NUMPY_LEAK ||
+         f->kind == CS_KIND_ARROW_LEAK) &&
         f->detail == CS_LEAK_KILLED)
         return CS_SEV_WARNING;
     return cs_kind_severity(f->kind);
@@ -48,6 +50,8 @@ static const char *xbirth_name(unsigned aux)
 
 const char *cs_event_name(const cs_event *ev)
 {
+    if (CS_EV_IS_ARROW(ev->kind))
+        return cs_ar_event_name(ev);
     switch (ev->kind) {
     case CS_EV_EXPORT: {
         const char *x = xbirth_name(ev->aux);
@@ -82,6 +86,8 @@ const char *cs_event_name(const cs_event *ev)
 const char *cs_event_phrase(const cs_finding *f, int i)
 {
     const cs_event *ev = &f->events[i];
+    if (CS_EV_IS_ARROW(ev->kind))
+        return cs_ar_event_phrase(f, i);
     int earlier = 0;
     for (int j = 0; j < i; j++)
         if (f->events[j].kind == ev->kind)
@@ -151,6 +157,8 @@ const char *cs_finding_object_type(const cs_finding *f)
 {
     if (f->kind == CS_KIND_LIVE_AT_EXIT && f->nevents && f->events[0].kind == CS_EV_NP_ALLOC)
         return "numpy data";
+    if (CS_KIND_IS_ARROW(f->kind))
+        return cs_ar_object_type(f);
     switch (f->kind) {
     case CS_KIND_NUMPY_BAD_HANDLER: return "PyDataMem_Handler";
     case CS_KIND_NUMPY_LEAK:
@@ -276,6 +284,8 @@ static const char *xcheck_text(uint32_t d, uint64_t value, uint64_t obj, char *t
 
 const char *cs_finding_message(const cs_finding *f, char *buf, size_t n)
 {
+    if (CS_KIND_IS_ARROW(f->kind))
+        return cs_ar_message(f, buf, n);
     const char *t = cs_finding_object_type(f);
     unsigned long long p = (unsigned long long)f->obj;
     switch (f->kind) {

@@ -159,6 +159,12 @@ size_t cs_lc_consumed_since(cs_lifecycle *lc, uint64_t since_ns, uint64_t **out)
  * NumPy blocks its data lies in as its indirect part. 1 if reported. */
 int cs_lc_report_dlpack_leak(cs_lifecycle *lc, uint64_t key);
 
+/* The same for Arrow structs: moved out (or a stream's results) since
+ * since_ns and not released, sorted into *out; and one reported as an
+ * arrow-leak now (proto_arrow.c). */
+size_t cs_lc_arrow_moved_since(cs_lifecycle *lc, uint64_t since_ns, uint64_t **out);
+int cs_lc_report_arrow_leak(cs_lifecycle *lc, uint64_t key);
+
 /* The live, unreported objects of a namespace (what cs_lc_finish would
  * judge), sorted by address into a malloc'd *out the caller frees.
  * Returns how many; 0 with *out == NULL when there are none. */
@@ -192,7 +198,7 @@ void cs_lc_totals_get(cs_lifecycle *lc, cs_lc_totals *out);
 
 /* Object namespaces: a DLPack struct and a NumPy block may share an address
  * over time, so they are judged apart. */
-enum cs_ns { CS_NS_DLPACK = 0, CS_NS_NUMPY = 1 };
+enum cs_ns { CS_NS_DLPACK = 0, CS_NS_NUMPY = 1, CS_NS_ARROW = 2 /* capsan's records */ };
 enum cs_obj_state { CS_ST_UNKNOWN = 0, CS_ST_CREATED, CS_ST_CONSUMED, CS_ST_RELEASED };
 /* State of one object (call with its stripe locked in the runtime). */
 int cs_lc_state(cs_lifecycle *lc, int ns, uint64_t obj);

@@ -226,7 +226,8 @@ static void mirror(obj *o)
 {
     const cs_event *e = &o->hist[0];
     if (cs_lc_live_put && !o->slot && o->state != CS_ST_RELEASED &&
-        ((e->kind == CS_EV_EXPORT && !(e->aux & CS_DLV_XVIEW)) || e->kind == CS_EV_NP_ALLOC))
+        ((e->kind == CS_EV_EXPORT && !(e->aux & CS_DLV_XVIEW)) || e->kind == CS_EV_NP_ALLOC ||
+         e->kind == CS_EV_AR_EXPORT))
         o->slot = cs_lc_live_put(pool_of(o->key), e, o->bytes);
 }
 

@@ -266,7 +266,7 @@ static unsigned on_data_freed(cs_lifecycle *lc, stripe *st, obj *o, const cs_eve
 
 /* at _exit, its address is stored somewhere: kept in the history, since a
  * replay of a live-at-exit finding must know why it was not a leak */
-static unsigned on_reachable(cs_lifecycle *lc, stripe *st, obj *o, const cs_event *ev, judge *j)
+unsigned cs_rule_reachable(cs_lifecycle *lc, stripe *st, obj *o, const cs_event *ev, judge *j)
 {
     (void)lc;
     if (o && o->state != CS_ST_RELEASED) {
@@ -403,7 +403,7 @@ const cs_protocol cs_proto_dlpack = {
         [CS_EV_DEVICE] = on_device,
         [CS_EV_DATA_FREED] = on_data_freed,
         [CS_EV_DROPPED] = on_dropped,
-        [CS_EV_REACHABLE] = on_reachable,
+        [CS_EV_REACHABLE] = cs_rule_reachable,
         [CS_EV_ERR_STATE] = on_err_state,
         [CS_EV_REEXPORT] = on_reexport,
     },

@@ -220,10 +220,62 @@ enum cs_event_kind {
     /* DLPack again, from 24 */
     CS_EV_ERR_STATE = 24,   /* a capsule destructor (a = capsule) or a deleter (a = 0) returned
                              * with the Python error indicator changed: aux = CS_ERRST_* */
-    CS_EV_REEXPORT = 25,    /* a consumed tensor's memory exported again from its data field,
+    /* The Arrow PyCapsule interface (issue 19), kinds 25..31; obj = capsan's record of one
+     * exported struct, which every bitwise copy of the struct carries (preload/arrow.c) */
+    CS_EV_AR_EXPORT = 25,   /* a=capsule (0: a stream callback's result) b=struct
+                             * c=the stream's record (a stream callback's result);
+                             * aux=CS_AR_* type | CS_AR_FROM_* | CS_AR_UNFOLLOWED */
+    CS_EV_AR_BORROW = 26,   /* a consumer read the capsule: a=capsule b=struct; aux: CS_ARB_* */
+    CS_EV_AR_RELEASE = 27,  /* its release ran: a=the struct it ran on; aux: CS_ARR_* */
+    CS_EV_AR_CALL = 28,     /* a stream callback called out of turn: aux=CS_ARC_* a=rc
+                             * extra=the thread already inside (CS_ARC_CONCURRENT) */
+    CS_EV_AR_DESTROY = 29,  /* its capsule's destructor returned: a=capsule; aux=CS_ARD_*,
+                             * extra: CS_ARDX_* */
+    CS_EV_AR_CHECK = 30,    /* renamed or malformed: a=capsule; aux=CS_ARK_*, b=value */
+    CS_EV_AR_REACHABLE = 31, /* at exit, a live struct still holds its record (something
+                              * keeps it): a=where; aux: CS_WHERE_* */
+    /* DLPack again, from 32 */
+    CS_EV_REEXPORT = 32,    /* a consumed tensor's memory exported again from its data field,
                              * byte_offset dropped: obj = the consumed tensor, a = the new
                              * struct, b = its first element, c = the dropped byte_offset;
                              * stack: the new export's */
+};
+#define CS_EV_IS_ARROW(kind) ((kind) >= CS_EV_AR_EXPORT && (kind) <= 31)
+/* CS_EV_AR_EXPORT aux: the struct's type (low 4 bits) and where it came from */
+enum cs_ar_type { CS_AR_SCHEMA = 1, CS_AR_ARRAY = 2, CS_AR_STREAM = 3, CS_AR_DEVICE_ARRAY = 4,
+                  CS_AR_DEVICE_STREAM = 5 };
+#define CS_AR_TYPE(aux) ((aux) & 15u)
+#define CS_AR_FROM_NEXT 0x10u   /* returned by a stream's get_next */
+#define CS_AR_FROM_SCHEMA 0x20u /* returned by a stream's get_schema */
+#define CS_AR_UNFOLLOWED 0x40u  /* arrow_wrap=0: its struct is never written, so moves and
+                                 * releases are not followed */
+/* CS_EV_AR_BORROW aux */
+#define CS_ARB_RELEASED 1u      /* its release was NULL when read: consumed already */
+/* CS_EV_AR_RELEASE aux */
+#define CS_ARR_AGAIN 1u         /* released already (written before this call runs) */
+#define CS_ARR_NOT_CLEARED 2u   /* the producer's release returned with release != NULL */
+#define CS_ARR_IN_DTOR 4u       /* run by its capsule's destructor */
+#define CS_ARR_MOVED 8u         /* run on another struct than the one exported: a moved copy */
+/* CS_EV_AR_CALL aux: the callback (low byte) and what was wrong */
+enum cs_ar_call { CS_ARC_GET_SCHEMA = 1, CS_ARC_GET_NEXT = 2, CS_ARC_GET_LAST_ERROR = 3 };
+#define CS_ARC_RELEASED 0x100u  /* on a released stream (R45) */
+#define CS_ARC_CONCURRENT 0x200u /* while another thread was inside one of its callbacks */
+/* CS_EV_AR_DESTROY aux: the struct as its capsule died */
+enum cs_ar_destroy {
+    CS_ARD_SET = 1,        /* release still set: its destructor must release it (R41) */
+    CS_ARD_MOVED = 2,      /* release NULL and no release ran: moved out by a consumer */
+    CS_ARD_RELEASED = 3,   /* released before */
+    CS_ARD_UNFOLLOWED = 4, /* arrow_wrap=0: not judged */
+};
+#define CS_ARDX_NO_DTOR 1u /* the capsule had no destructor */
+/* CS_EV_AR_CHECK aux */
+enum cs_ar_check {
+    CS_ARK_RENAMED = 1,     /* PyCapsule_SetName on an Arrow capsule (R40) */
+    CS_ARK_RELEASED = 2,    /* its first consumer found it released (R43: handed out empty
+                             * or already consumed by its producer) */
+    CS_ARK_NULL_CALLBACK = 3, /* a stream without get_schema/get_next/get_last_error: b=CS_ARC_* */
+    CS_ARK_DEVICE = 4,      /* device_array: unknown device_type, or a CPU one with a sync
+                             * event (R48): b=device_type */
 };
 /* the namespace an event's object is in: NumPy's kinds are 16..23 */
 #define CS_EV_IS_NUMPY(kind) ((kind) >= CS_EV_NP_ALLOC && (kind) < 24)

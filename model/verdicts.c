@@ -247,6 +247,11 @@ int cs_lc_finish(cs_lifecycle *lc, int how)
             o->flags |= OF_LEAK_REPORTED;
             if (o->ns == CS_NS_NUMPY) {
                 ot_report(lc, NULL, CS_KIND_NUMPY_LEAK, o, NULL, 0, 0);
+            } else if (o->ns == CS_NS_ARROW) {
+                /* moved out (or a stream's result) and never released, or
+                 * its capsule never died */
+                ot_report(lc, NULL, CS_KIND_ARROW_LEAK, o, NULL,
+                          o->state == CS_ST_CONSUMED ? CS_LEAK_CONSUMED : CS_LEAK_NEVER_CONSUMED, 0);
             } else {
                 report_tensor_leak(lc, o,
                                    (o->flags & OF_DROPPED)        ? CS_LEAK_SHUTDOWN
@@ -282,11 +287,15 @@ int cs_lc_finish_killed(cs_lifecycle *lc, const cs_live_slot *slots, size_t n)
     int nrep = 0;
     for (size_t i = 0; i < n; i++) {
         const cs_live_slot *s = &v[i];
-        int ns = s->kind == CS_EV_NP_ALLOC ? CS_NS_NUMPY : CS_NS_DLPACK;
+        int ns = s->kind == CS_EV_NP_ALLOC     ? CS_NS_NUMPY
+                 : s->kind == CS_EV_AR_EXPORT ? CS_NS_ARROW
+                                              : CS_NS_DLPACK;
         if (!s->obj || (s->flags & CS_EVF_NULL_DELETER) ||
             (ns == CS_NS_NUMPY && (s->flags & CS_EVF_IMPORT)) || s->time_ns < lc->born_ns)
             continue; /* nobody can release it, module data, or the parent's */
-        int kind = ns == CS_NS_NUMPY ? CS_KIND_LIVE_AT_EXIT : CS_KIND_DLPACK_LEAK;
+        int kind = ns == CS_NS_NUMPY   ? CS_KIND_LIVE_AT_EXIT
+                   : ns == CS_NS_ARROW ? CS_KIND_ARROW_LEAK
+                                       : CS_KIND_DLPACK_LEAK;
         uint32_t detail = ns == CS_NS_NUMPY ? CS_LIVE_KILLED : CS_LEAK_KILLED;
         stripe *st = ot_stripe_of(lc, s->obj);
         ot_lock(lc, st);

@@ -88,6 +88,12 @@ CAPSAN_API void *capsan_xapi_follow(void *table);
  * from_py, 3 to_py, 4 view, 5 stream), also when capsan patched it. */
 CAPSAN_API void *capsan_xapi_original(const void *table, int entry);
 
+/* An Arrow struct capsan follows (type: 1 schema, 2 array, 3 stream, 4
+ * device array, 5 device stream): what the producer put in its release
+ * (what 0) or private_data (what 1), which capsan's record stands in for;
+ * NULL when capsan does not follow it. For inspection. */
+CAPSAN_API void *capsan_arrow_original(const void *s, int type, int what);
+
 #ifdef __cplusplus
 }
 #endif

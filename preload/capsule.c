@@ -14,6 +14,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "arrow.h"
 #include "capsan.h"
 #include "deleter.h"
 #include "dltensor.h"
@@ -82,22 +83,29 @@ static void *cap_pointer(PyObject_ *cap, const char *name)
  * by capsule. Producers bring few distinct destructors (numpy's, torch's);
  * past NSTUBS a capsule keeps its own destructor and its death is not
  * seen. Each stub is 16 bytes: endbr64; mov $k, %esi; jmp to the shared
- * body, which gets (capsule, k). */
+ * body, which gets (capsule, k). Arrow capsules get the 64 stubs that
+ * follow, whose body is Arrow's (cs_ar_capsule_dtor_body): one range
+ * check still tells a stub of capsan's, and the DLPack body knows nothing
+ * of Arrow. */
 #define NSTUBS 64
 void cs_capsule_dtor_body(PyObject_ *cap, unsigned k);
+void cs_ar_capsule_dtor_body(PyObject_ *cap, unsigned k);
 extern const char cs_dtor_stubs[] __attribute__((visibility("hidden")));
+#define CS_STUBS(body)                 \
+    ".set .Lcs_k, 0\n"                 \
+    ".rept 64\n"                       \
+    "  .p2align 4\n"                   \
+    "  endbr64\n"                      \
+    "  movl $.Lcs_k, %esi\n"           \
+    "  jmp " body "\n"                 \
+    "  .set .Lcs_k, .Lcs_k + 1\n"      \
+    ".endr\n"
 __asm__(".text\n"
         ".p2align 4\n"
         ".hidden cs_dtor_stubs\n"
         "cs_dtor_stubs:\n"
-        ".set .Lcs_k, 0\n"
-        ".rept 64\n"
-        "  .p2align 4\n"
-        "  endbr64\n"
-        "  movl $.Lcs_k, %esi\n"
-        "  jmp cs_capsule_dtor_body\n"
-        "  .set .Lcs_k, .Lcs_k + 1\n"
-        ".endr\n");
+        CS_STUBS("cs_capsule_dtor_body")
+        CS_STUBS("cs_ar_capsule_dtor_body"));
 
 static cs_capsule_dtor dtors[NSTUBS];
 static _Atomic unsigned ndtors;
@@ -108,11 +116,19 @@ static inline cs_capsule_dtor stub(unsigned k)
     return (cs_capsule_dtor)(uintptr_t)(cs_dtor_stubs + 16 * k);
 }
 
-/* k if d is stub k, else -1 */
+/* Arrow's stub k */
+static inline cs_capsule_dtor ar_stub(unsigned k) { return stub(NSTUBS + k); }
+
+/* k if d is stub k (DLPack's or Arrow's), else -1 */
 static inline int stub_index(cs_capsule_dtor d)
 {
     uintptr_t off = (uintptr_t)d - (uintptr_t)cs_dtor_stubs;
-    return off < 16 * NSTUBS && !(off & 15) ? (int)(off / 16) : -1;
+    return off < 2 * 16 * NSTUBS && !(off & 15) ? (int)(off / 16) % NSTUBS : -1;
+}
+
+static inline int is_ar_stub(cs_capsule_dtor d)
+{
+    return (uintptr_t)d - (uintptr_t)cs_dtor_stubs - 16 * NSTUBS < 16 * NSTUBS;
 }
 
 /* The stub that forwards to d (NULL included); -1 when all are taken. */
@@ -201,6 +217,32 @@ static void reentry_event(PyObject_ *cap, void *mt)
     cs_emit(&ev, 1, NULL, NULL);
 }
 
+/* An Arrow capsule dying: its struct is judged around the producer's
+ * destructor (arrow.c); the name may have been changed (R40) */
+static void arrow_dtor(PyObject_ *cap, cs_capsule_dtor orig, cs_thread *t, void *ptr)
+{
+    cs_ar_dying d;
+    cs_ar_dtor_enter(cap, ptr, orig != NULL, &d);
+    void *saved = t ? t->dtor_capsule : NULL;
+    if (t)
+        t->dtor_capsule = cap;
+    if (orig)
+        orig(cap);
+    if (t)
+        t->dtor_capsule = saved;
+    const capsule_obj *dc = direct(cap);
+    if (dc)
+        ((capsule_obj *)dc)->pointer = NULL;
+    cs_ar_dtor_exit(cap, &d);
+}
+
+/* Arrow's stub k's body: an Arrow capsule is dying, whatever its name now */
+void cs_ar_capsule_dtor_body(PyObject_ *cap, unsigned k)
+{
+    cs_capsule_dtor orig = k < NSTUBS ? dtors[k] : NULL;
+    arrow_dtor(cap, orig, cs_thread_get(), cap_pointer(cap, cap_name(cap)));
+}
+
 void cs_capsule_dtor_body(PyObject_ *cap, unsigned k)
 {
     cs_capsule_dtor orig = k < NSTUBS ? dtors[k] : NULL;
@@ -276,6 +318,23 @@ static void export(void *mt, PyObject_ *cap, int versioned, uint8_t gil_flags)
 
 #define GIL_CHECK() cs_check_gil(__builtin_return_address(0), CS_NOGIL_CAPSULE)
 
+/* An Arrow capsule: its destructor wrapped (a NULL one too: its death is
+ * judged), its struct followed from here (arrow.c) */
+__attribute__((noinline, cold)) static PyObject_ *arrow_new(void *ptr, const char *name,
+                                                            cs_capsule_dtor dtor, int nk, uint8_t g)
+{
+    int k = stub_for(dtor);
+    if (k < 0)
+        return cs_py.Capsule_New(ptr, name, dtor);
+    PyObject_ *cap = cs_py.Capsule_New(ptr, name, ar_stub((unsigned)k));
+    if (!cap)
+        return NULL;
+    if (!capsule_type)
+        learn_layout(cap, ptr, name, ar_stub((unsigned)k));
+    cs_ar_new(cap, ptr, NK_AR_TYPE(nk), dtor != NULL, g);
+    return cap;
+}
+
 static PyObject_ *hook_New(void *ptr, const char *name, cs_capsule_dtor dtor)
 {
     int nk = name_kind(name);
@@ -284,6 +343,8 @@ static PyObject_ *hook_New(void *ptr, const char *name, cs_capsule_dtor dtor)
         return cs_py.Capsule_New(ptr, name, dtor);
     if (nk == NK_XAPI) /* a producer making its exchange table's capsule: followed now */
         return cs_py.Capsule_New(cs_xapi_table(ptr, 0), name, dtor);
+    if (NK_IS_ARROW(nk))
+        return arrow_new(ptr, name, dtor, nk, g);
     /* numpy's own numpy_dltensor capsule, made inside the from_dlpack call
      * whose consume event has the stack, is not an event: the delete it
      * makes later carries numpy's frames. Its destructor is wrapped all the
@@ -398,6 +459,12 @@ static int hook_SetName(PyObject_ *cap, const char *name)
         return cs_py.Capsule_SetName(cap, name);
     const char *old = cap_name(cap);
     int ok = name_kind(old);
+    if (NK_IS_ARROW(ok)) {
+        int rc = cs_py.Capsule_SetName(cap, name);
+        if (rc == 0)
+            cs_ar_renamed(cap);
+        return rc;
+    }
     struct { void *mt; int versioned; } e = {cap_pointer(cap, old),
                                              ok == NK_DLV || ok == NK_USEDV};
     int rc = cs_py.Capsule_SetName(cap, name);
@@ -437,6 +504,8 @@ static int hook_SetName(PyObject_ *cap, const char *name)
 
     } else if (nk == NK_DL || nk == NK_DLV) {
         atomic_store_explicit(&cs_dl_unconsumed_released, 1, memory_order_relaxed);
+    } else if (is_ar_stub(cap_destructor(cap))) {
+        cs_ar_renamed(cap); /* an Arrow capsule renamed again */
     } else {
         cs_event b = {.kind = CS_EV_BAD_TENSOR, .obj = (uint64_t)(uintptr_t)e.mt,
                       .a = (uint64_t)(uintptr_t)cap, .aux = 7, .extra = CS_BAD_RENAME};
@@ -463,6 +532,10 @@ static void *hook_GetPointer(PyObject_ *cap, const char *name)
         /* the producer's destructor reading its own capsule */
         if (nk == NK_DL || nk == NK_DLV)
             dtor_took = cap;
+        return p;
+    }
+    if (NK_IS_ARROW(nk)) {
+        cs_ar_read(cap, p);
         return p;
     }
     cs_event ev = {.obj = (uint64_t)(uintptr_t)p, .a = (uint64_t)(uintptr_t)cap};
@@ -498,10 +571,11 @@ static int hook_SetDestructor(PyObject_ *cap, cs_capsule_dtor d)
     GIL_CHECK();
     /* ours stays ours: the stub of the new destructor takes over (when
      * the stubs have run out, the capsule gets d itself) */
-    if (stub_index(d) < 0 && stub_index(cap_destructor(cap)) >= 0) {
+    cs_capsule_dtor cur;
+    if (stub_index(d) < 0 && stub_index(cur = cap_destructor(cap)) >= 0) {
         int k = stub_for(d);
         if (k >= 0)
-            d = stub((unsigned)k);
+            d = is_ar_stub(cur) ? ar_stub((unsigned)k) : stub((unsigned)k);
     }
     return cs_py.Capsule_SetDestructor(cap, d);
 }

@@ -18,7 +18,14 @@ enum {
     NK_USEDV,     /* used_dltensor_versioned */
     NK_NPDL,      /* numpy_dltensor(_versioned): numpy's owner capsule */
     NK_XAPI,      /* dlpack_exchange_api: DLPack 1.3's exchange table (xapi.h) */
+    NK_AR_SCHEMA, /* the Arrow PyCapsule interface (arrow.h), in cs_ar_type order */
+    NK_AR_ARRAY,
+    NK_AR_STREAM,
+    NK_AR_DEVICE_ARRAY,
+    NK_AR_DEVICE_STREAM,
 };
+#define NK_IS_ARROW(k) ((k) >= NK_AR_SCHEMA)
+#define NK_AR_TYPE(k) ((k) - NK_AR_SCHEMA + 1) /* cs_ar_type */
 
 /* Names are compared on every capsule call, most of them not DLPack's.
  * A name is compared with a literal a word at a time when all the bytes
@@ -60,7 +67,23 @@ static inline int eqn(const char *s, const char *lit, size_t n)
 }
 #define eq(s, lit) eqn(s, lit, sizeof lit)
 
-/* What a capsule name says: NK_NONE for every name DLPack does not use. */
+/* Arrow's names, out of line: the DLPack names' path stays as it was */
+__attribute__((noinline, unused)) static int arrow_name_kind(const char *n)
+{
+    if (eq(n, "arrow_schema"))
+        return NK_AR_SCHEMA;
+    if (eq(n, "arrow_array"))
+        return NK_AR_ARRAY;
+    if (eq(n, "arrow_array_stream"))
+        return NK_AR_STREAM;
+    if (eq(n, "arrow_device_array"))
+        return NK_AR_DEVICE_ARRAY;
+    if (eq(n, "arrow_device_array_stream"))
+        return NK_AR_DEVICE_STREAM;
+    return NK_NONE;
+}
+
+/* What a capsule name says: NK_NONE for every name DLPack and Arrow do not use. */
 static inline int name_kind(const char *n)
 {
     if (!n)
@@ -85,7 +108,7 @@ static inline int name_kind(const char *n)
             return NK_NPDL;
         return NK_NONE;
     }
-    return NK_NONE;
+    return n[0] == 'a' ? arrow_name_kind(n) : NK_NONE;
 }
 
 #endif

@@ -2,6 +2,7 @@
  * emit path, the trace's prologue, and the ending (leak verdicts, the
  * exit status). It calls no hook module: start.c starts them and it. */
 #include "runtime.h"
+#include "arrow.h"
 
 #include <dlfcn.h>
 #include <fcntl.h>
@@ -77,7 +78,9 @@ static void maybe_counts(uint64_t now)
 
 static int ns_of(const cs_event *ev)
 {
-    return CS_EV_IS_NUMPY(ev->kind) ? CS_NS_NUMPY : CS_NS_DLPACK;
+    return CS_EV_IS_NUMPY(ev->kind)   ? CS_NS_NUMPY
+           : CS_EV_IS_ARROW(ev->kind) ? CS_NS_ARROW
+                                      : CS_NS_DLPACK;
 }
 
 static void halt(void);
@@ -271,6 +274,29 @@ static void note_reachable_any(void *ud, uint64_t key, uint64_t where, uint64_t 
     cs_emit(&ev, 0, NULL, NULL);
 }
 
+/* at exit: a live Arrow struct that still holds its record somewhere */
+static void note_arrow_reachable(void *ud, uint64_t key, uint64_t where, uint64_t base,
+                                 unsigned region)
+{
+    (void)ud, (void)base;
+    cs_event ev = {.kind = CS_EV_AR_REACHABLE, .aux = (uint16_t)region, .obj = key, .a = where};
+    cs_emit(&ev, 0, NULL, NULL);
+}
+
+static int scan_process(const uint64_t *keys, size_t n, const void *also, size_t also_n,
+                        cs_root_cb cb, void *ud);
+
+/* Arrow structs moved out and never released: those whose copy is still
+ * stored somewhere are held, not leaked (every copy carries its record) */
+static void scan_arrow_at_end(void)
+{
+    uint64_t *keys;
+    size_t n = cs_lc_live_keys(cs_lc, CS_NS_ARROW, &keys);
+    if (n)
+        scan_process(keys, n, NULL, 0, note_arrow_reachable, NULL);
+    free(keys);
+}
+
 /* ---- API mode: a scope's unreleased tensors ---- */
 
 uint64_t capsan_now_ns(void) { return cs_now_ns(); }
@@ -288,6 +314,7 @@ static int scan_process(const uint64_t *keys, size_t n, const void *also, size_t
     cs_lc_own_memory(cs_lc, cs_reach_own, r);
     cs_findings_own_memory(cs_reach_own, r);
     cs_qr_own_memory(cs_reach_own, r); /* freed blocks, their free deferred */
+    cs_ar_own_memory(cs_reach_own, r);
     cs_reach_run(r, cb, ud);
     return 0;
 }
@@ -309,12 +336,21 @@ static void note_found(void *ud, uint64_t key, uint64_t where, uint64_t base, un
         f->found[i] = 1;
 }
 
+static int scope_leaks(uint64_t since_ns, int arrow);
+
+/* the tensors, then the Arrow structs, of the scope */
 int capsan_scope_dlpack_leaks(uint64_t since_ns)
 {
     if (!cs_lc || !cs_recording)
         return 0;
+    return scope_leaks(since_ns, 0) + scope_leaks(since_ns, 1);
+}
+
+static int scope_leaks(uint64_t since_ns, int arrow)
+{
     uint64_t *keys;
-    size_t n = cs_lc_consumed_since(cs_lc, since_ns, &keys);
+    size_t n = arrow ? cs_lc_arrow_moved_since(cs_lc, since_ns, &keys)
+                     : cs_lc_consumed_since(cs_lc, since_ns, &keys);
     if (!n)
         return 0;
     /* most tensors a scope consumed are released by its end: only the
@@ -328,7 +364,8 @@ int capsan_scope_dlpack_leaks(uint64_t since_ns)
                 continue; /* still referenced: the program may release it later */
             if (t)
                 t->busy = 1; /* the report's own allocations are not events */
-            reported += cs_lc_report_dlpack_leak(cs_lc, keys[i]);
+            reported += arrow ? cs_lc_report_arrow_leak(cs_lc, keys[i])
+                              : cs_lc_report_dlpack_leak(cs_lc, keys[i]);
             if (t)
                 t->busy = 0;
         }
@@ -384,6 +421,8 @@ int cs_runtime_finish(int how, int status)
             cs_roots_scan(keys, n, note_reachable, NULL);
         free(keys);
     }
+    if ((how == CS_END_EXIT || how == CS_END_QUICK_EXIT) && !api_mode && cs_lc)
+        scan_arrow_at_end();
     if (how == CS_END_QUICK_EXIT && !api_mode && cs_lc)
         scan_at_quick_exit();
     cs_thread *t = cs_thread_get();

@@ -54,6 +54,17 @@ COVERED = {
     "dlpack-destructor-reentered": ["test_realworld.py::test_numpy_destructor_reentered",
                                     "test_realworld.py::test_numpy_destructor_reentered_protect"],
     "numpy-handler-no-gil": ["test_gil.py::test_numpy_handler_without_gil"],
+    "arrow-leak": ["test_arrow_findings.py::test_leak_moved_never_released",
+                   "test_arrow_findings.py::test_leak_capsule_without_destructor"],
+    "arrow-double-release": ["test_arrow_findings.py::test_double_release_copy_not_move",
+                             "test_arrow_findings.py::test_double_release_without_protect_really_crashes"],
+    "arrow-release-not-cleared": ["test_arrow_findings.py::test_release_not_cleared"],
+    "arrow-reconsume": ["test_arrow_findings.py::test_reconsume"],
+    "arrow-use-after-release": ["test_arrow_findings.py::test_use_after_release"],
+    "arrow-stream-misuse": ["test_arrow_findings.py::test_stream_misuse_two_threads"],
+    "arrow-renamed": ["test_arrow_findings.py::test_renamed"],
+    "arrow-bad-struct": ["test_arrow_findings.py::test_bad_struct_handed_out_empty",
+                         "test_arrow_findings.py::test_bad_struct_device_type"],
 }
 
 

@@ -1,4 +1,5 @@
-"""capsan.describe(): what a DLPack capsule really holds, and whether it is right.
+"""capsan.describe(): what a DLPack capsule really holds, and whether it is right
+(an Arrow capsule or object with the Arrow dunders: arrowdesc.py).
 
     >>> print(capsan.describe(torch.arange(6).reshape(2, 3)))
     DLPack capsule 'dltensor' (unversioned) from libtorch_python.so
@@ -414,7 +415,8 @@ def _read(cap, d: dict, add) -> None:
     _check_tensor(d, add)
 
 
-def describe(obj, consume: bool = False, *, max_version="auto", copy=None) -> Description:
+def describe(obj, consume: bool = False, *, max_version="auto", copy=None,
+             arrow=None) -> Description:
     """Describe a DLPack capsule, or the capsule an object's ``__dlpack__`` makes.
 
     consume      -- raw capsule only: after reading, consume it as a consumer
@@ -423,6 +425,9 @@ def describe(obj, consume: bool = False, *, max_version="auto", copy=None) -> De
     max_version  -- objects: "auto" asks for (1, 3) and retries without on
                     TypeError (R14); None asks for a legacy capsule; a tuple
                     asks for that.
+    arrow        -- True: describe an object's Arrow PyCapsule dunders even when it
+                    has __dlpack__ too (None: Arrow for Arrow capsules and for
+                    objects with the Arrow dunders and no __dlpack__)
     copy         -- objects: passed to ``__dlpack__(copy=...)`` when not None;
                     a versioned answer must then say IS_COPIED exactly when
                     copy is True (R21, R24)
@@ -437,6 +442,9 @@ def describe(obj, consume: bool = False, *, max_version="auto", copy=None) -> De
     def add(rule, verdict, message):
         d["checks"].append({"rule": rule, "verdict": verdict, "message": message})
 
+    from . import arrowdesc as A
+    if not isinstance(obj, type) and (A.is_arrow(obj) if arrow is None else arrow):
+        return Description(A.describe_arrow(obj, symbolize, _original, _is_capsan, _readable))
     from . import exchange as X
     tp = obj if isinstance(obj, type) else type(obj)
     xt = X.table_of(tp) if type(obj).__name__ != "PyCapsule" else None
@@ -570,6 +578,9 @@ def _consume(cap, d):
 # ---------------------------------------------------------------- text
 
 def _render(d: dict) -> str:
+    if d.get("protocol") == "arrow":
+        from .arrowdesc import render
+        return render(d)
     if d["source"] == "type":
         from .exchange import render
         return "\n".join([f"{d['object_type']}: DLPack C exchange API"] +

@@ -1,4 +1,4 @@
-/* Unit tests of preload/names.h: every DLPack name and its near misses are
+/* Unit tests of preload/names.h: every DLPack and Arrow name and its near misses are
  * classified right wherever they sit, and a name that ends on the last byte
  * before an unmapped page, or runs into it with no NUL, is read without a
  * fault. */
@@ -40,6 +40,21 @@ static const struct {
     {"numpy_dltensor_v", NK_NONE},
     {"mem_handler", NK_NONE},
     {"torch.Tensor", NK_NONE},
+    /* the Arrow PyCapsule interface, and the early drafts' names (no underscore) */
+    {"arrow_schema", NK_AR_SCHEMA},
+    {"arrow_array", NK_AR_ARRAY},
+    {"arrow_array_stream", NK_AR_STREAM},
+    {"arrow_device_array", NK_AR_DEVICE_ARRAY},
+    {"arrow_device_array_stream", NK_AR_DEVICE_STREAM},
+    {"a", NK_NONE},
+    {"arrow", NK_NONE},
+    {"arrowschema", NK_NONE},
+    {"arrowarraystream", NK_NONE},
+    {"arrow_arra", NK_NONE},
+    {"arrow_array_", NK_NONE},
+    {"arrow_array_streaM", NK_NONE},
+    {"arrow_device_array_stream_", NK_NONE},
+    {"used_arrow_array", NK_NONE},
 };
 
 int main(void)

@@ -1,0 +1,190 @@
+/* Arrow findings and events in words (see arrowtext.h). */
+#include "arrowtext.h"
+
+#include <stdio.h>
+
+static const char *type_name(unsigned type)
+{
+    switch (type) {
+    case CS_AR_SCHEMA: return "ArrowSchema";
+    case CS_AR_ARRAY: return "ArrowArray";
+    case CS_AR_STREAM: return "ArrowArrayStream";
+    case CS_AR_DEVICE_ARRAY: return "ArrowDeviceArray";
+    case CS_AR_DEVICE_STREAM: return "ArrowDeviceArrayStream";
+    }
+    return "Arrow struct";
+}
+
+static const char *call_name(unsigned c)
+{
+    switch (c & 0xff) {
+    case CS_ARC_GET_SCHEMA: return "get_schema";
+    case CS_ARC_GET_NEXT: return "get_next";
+    case CS_ARC_GET_LAST_ERROR: return "get_last_error";
+    }
+    return "a callback";
+}
+
+const char *cs_ar_event_name(const cs_event *ev)
+{
+    switch (ev->kind) {
+    case CS_EV_AR_EXPORT:
+        return (ev->aux & CS_AR_FROM_NEXT)     ? "get-next"
+               : (ev->aux & CS_AR_FROM_SCHEMA) ? "get-schema"
+                                               : "export";
+    case CS_EV_AR_BORROW: return (ev->aux & CS_ARB_RELEASED) ? "reconsume" : "borrow";
+    case CS_EV_AR_RELEASE: return "release";
+    case CS_EV_AR_CALL:
+        return (ev->aux & 0xff) == CS_ARC_GET_NEXT     ? "get-next"
+               : (ev->aux & 0xff) == CS_ARC_GET_SCHEMA ? "get-schema"
+                                                       : "get-last-error";
+    case CS_EV_AR_DESTROY: return ev->aux == CS_ARD_MOVED ? "move" : "destroy";
+    case CS_EV_AR_CHECK: return ev->aux == CS_ARK_RENAMED ? "rename" : "check";
+    case CS_EV_AR_REACHABLE: return "reachable";
+    }
+    return "event";
+}
+
+const char *cs_ar_event_phrase(const cs_finding *f, int i)
+{
+    const cs_event *ev = &f->events[i];
+    int earlier = 0;
+    for (int k = 0; k < i; k++)
+        if (f->events[k].kind == ev->kind)
+            earlier++;
+    switch (ev->kind) {
+    case CS_EV_AR_EXPORT:
+        return (ev->aux & CS_AR_FROM_NEXT)     ? "returned by the stream's get_next at"
+               : (ev->aux & CS_AR_FROM_SCHEMA) ? "returned by the stream's get_schema at"
+                                               : "exported in a capsule at";
+    case CS_EV_AR_BORROW:
+        if (ev->aux & CS_ARB_RELEASED)
+            return "read again, already released (release == NULL), at";
+        return earlier ? "read by another consumer at" : "read by a consumer at";
+    case CS_EV_AR_RELEASE:
+        if (ev->flags & CS_EVF_SKIPPED)
+            return "release called again, skipped (protect=1), at";
+        if (ev->aux & CS_ARR_AGAIN)
+            return (ev->aux & CS_ARR_MOVED) ? "released again, through another copy of the struct, at"
+                                            : "released again at";
+        if (ev->aux & CS_ARR_IN_DTOR)
+            return "released by its capsule's destructor at";
+        return (ev->aux & CS_ARR_MOVED) ? "released (the moved copy) at" : "released at";
+    case CS_EV_AR_CALL:
+        return (ev->aux & CS_ARC_RELEASED) ? "stream callback called after its release at"
+                                           : "stream callback called concurrently at";
+    case CS_EV_AR_DESTROY:
+        return ev->aux == CS_ARD_MOVED ? "moved out by its consumer (the capsule died with "
+                                         "release == NULL) at"
+                                       : "capsule destroyed at";
+    case CS_EV_AR_CHECK:
+        return ev->aux == CS_ARK_RENAMED ? "capsule renamed at" : "checked at";
+    case CS_EV_AR_REACHABLE:
+        return "still referenced at the end: a copy of the struct is stored in the process's memory";
+    }
+    return "at";
+}
+
+const char *cs_ar_object_type(const cs_finding *f)
+{
+    for (int i = 0; i < f->nevents; i++)
+        if (f->events[i].kind == CS_EV_AR_EXPORT)
+            return type_name(CS_AR_TYPE(f->events[i].aux));
+    return "Arrow struct";
+}
+
+/* where the struct came from: its capsule, or a stream callback */
+static const char *origin_words(const cs_finding *f)
+{
+    for (int i = 0; i < f->nevents; i++)
+        if (f->events[i].kind == CS_EV_AR_EXPORT)
+            return (f->events[i].aux & CS_AR_FROM_NEXT)     ? "returned by get_next"
+                   : (f->events[i].aux & CS_AR_FROM_SCHEMA) ? "returned by get_schema"
+                                                            : "exported in a capsule";
+    return "exported";
+}
+
+const char *cs_ar_message(const cs_finding *f, char *buf, size_t n)
+{
+    const char *t = cs_ar_object_type(f);
+    unsigned long long p = (unsigned long long)f->obj;
+    switch (f->kind) {
+    case CS_KIND_ARROW_LEAK:
+        switch (f->detail) {
+        case CS_LEAK_CONSUMED:
+            snprintf(buf, n, "%s %#llx (%s) was moved out by its consumer and never released "
+                     "(R42: the consumer must call release when done)", t, p, origin_words(f));
+            break;
+        case CS_LEAK_NULL_DESTRUCTOR:
+            snprintf(buf, n, "%s %#llx leaked: its capsule was created without a destructor and "
+                     "died with release still set (R41)", t, p);
+            break;
+        case CS_LEAK_NEVER_CONSUMED:
+            snprintf(buf, n, "%s %#llx (%s) was never released: its capsule was still alive at "
+                     "exit", t, p, origin_words(f));
+            break;
+        case CS_LEAK_KILLED:
+            snprintf(buf, n, "%s %#llx was not released when the process was killed (no leak "
+                     "verdict)", t, p);
+            break;
+        default:
+            snprintf(buf, n, "%s %#llx leaked: its capsule died with release still set and its "
+                     "destructor did not call release (R41)", t, p);
+        }
+        break;
+    case CS_KIND_ARROW_DOUBLE_RELEASE:
+        snprintf(buf, n, "release of %s %#llx called a second time (R42): a consumer kept a "
+                 "copy that was not a move, or released the source after moving it; the "
+                 "producer's release now frees its private data again", t, p);
+        break;
+    case CS_KIND_ARROW_RELEASE_NOT_CLEARED:
+        snprintf(buf, n, "the producer's release of %s %#llx returned without setting release "
+                 "= NULL (R44): a consumer that checks release before releasing will release it "
+                 "twice (arrow-nanoarrow #203)", t, p);
+        break;
+    case CS_KIND_ARROW_RECONSUME: {
+        int released = 0;
+        for (int i = 0; i < f->nevents; i++)
+            released |= f->events[i].kind == CS_EV_AR_RELEASE;
+        snprintf(buf, n, "%s %#llx consumed again after it was %s (R43): a capsule can be "
+                 "consumed once, and consumers must check release != NULL first (polars reads "
+                 "a moved array as empty, arro3 panics)", t, p, released ? "released" : "moved out");
+        break;
+    }
+    case CS_KIND_ARROW_USE_AFTER_RELEASE:
+        snprintf(buf, n, "%s of %s %#llx called after the stream was released (R45): its "
+                 "private data is gone (a stale copy of a released stream, arrow-adbc #4363)",
+                 call_name(f->detail), t, p);
+        break;
+    case CS_KIND_ARROW_STREAM_MISUSE:
+        snprintf(buf, n, "%s of %s %#llx called while thread %llu was inside a callback of the "
+                 "same stream (R45): stream callbacks are not thread-safe and must be "
+                 "serialized", call_name(f->detail), t, p, (unsigned long long)f->value);
+        break;
+    case CS_KIND_ARROW_RENAMED:
+        snprintf(buf, n, "the capsule of %s %#llx was renamed (R40): Arrow capsules keep their "
+                 "name; the producer's destructor no longer finds its struct and leaks it", t, p);
+        break;
+    case CS_KIND_ARROW_BAD_STRUCT:
+        switch (f->detail) {
+        case CS_ARK_RELEASED:
+            snprintf(buf, n, "%s %#llx was already released (release == NULL) when its first "
+                     "consumer read the capsule (R43): its producer handed out an empty or "
+                     "consumed struct", t, p);
+            break;
+        case CS_ARK_NULL_CALLBACK:
+            snprintf(buf, n, "%s %#llx has a NULL %s (R45)", t, p, call_name((unsigned)f->value));
+            break;
+        case CS_ARK_DEVICE:
+            snprintf(buf, n, "%s %#llx: device_type %llu is not an ArrowDeviceType, or CPU "
+                     "memory (1) comes with a sync_event (R48)", t, p, (unsigned long long)f->value);
+            break;
+        default:
+            snprintf(buf, n, "%s %#llx is malformed", t, p);
+        }
+        break;
+    default:
+        snprintf(buf, n, "%s %#llx", cs_kind_name(f->kind), p);
+    }
+    return buf;
+}

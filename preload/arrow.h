@@ -1,0 +1,42 @@
+/* The Arrow PyCapsule interface (rulebook-seams R40-R48): arrow_* capsules
+ * and the C Data / C Stream structs they carry.
+ *
+ * A struct is followed through a record of capsan's that is born with its
+ * capsule (PyCapsule_New: the struct may still be empty there) and wrapped
+ * into the struct at its consumer's first PyCapsule_GetPointer, or at its
+ * capsule's destructor if nobody asked: the record goes into private_data
+ * and capsan's trampolines into release (and a stream's get_schema,
+ * get_next, get_last_error). A move is a bitwise copy, so every copy
+ * carries the record; each trampoline calls the producer's callback on a
+ * copy of the struct with the producer's own fields restored. With
+ * arrow_wrap=0 no struct is ever written: only capsules are judged.
+ * capsule.c calls these for capsules whose name is an Arrow one. */
+#ifndef CAPSAN_ARROW_H
+#define CAPSAN_ARROW_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct _object PyObject_;
+
+/* A capsule made (type: cs_ar_type); has_dtor: it has a destructor. */
+void cs_ar_new(PyObject_ *cap, void *ptr, int type, int has_dtor, uint8_t gil_flags);
+/* A consumer's read of the capsule (not its own destructor's). */
+void cs_ar_read(PyObject_ *cap, void *ptr);
+/* The capsule's destructor is about to run (has_dtor: it has one), and
+ * has returned: `state` carries what was seen before it ran. */
+typedef struct cs_ar_dying {
+    void *rec;
+    int set;           /* release was set at entry */
+    int released;      /* released before */
+    int has_dtor;
+} cs_ar_dying;
+void cs_ar_dtor_enter(PyObject_ *cap, void *ptr, int has_dtor, cs_ar_dying *d);
+void cs_ar_dtor_exit(PyObject_ *cap, cs_ar_dying *d);
+/* PyCapsule_SetName on an Arrow capsule (R40). */
+void cs_ar_renamed(PyObject_ *cap);
+
+/* capsan's own memory that holds records (for a reachability scan) */
+void cs_ar_own_memory(void (*fn)(void *ud, const void *p, size_t n), void *ud);
+
+#endif

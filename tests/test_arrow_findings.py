@@ -1,0 +1,214 @@
+"""The Arrow PyCapsule interface (rulebook-seams R40-R48): every finding
+kind committed for real by the arrowfx fixture (a dataframe library's
+producer and consumer in C, one bug each), reported with the Python line
+of the export and of each consumer, on Debian's 3.11 (both builds) and the
+3.11 and 3.13 venvs."""
+import signal
+
+import pytest
+
+from conftest import (DEFAULT_EXITCODE, INTERPRETERS, SCENARIOS, assert_finding_at,
+                      assert_lsan_stderr, current_python, findings, is_signal, kinds,
+                      process_of, require_fixtures, run_capsan)
+
+S = SCENARIOS / "ar_fixtures.py"
+
+
+@pytest.fixture(params=["static", "shared", "cp311", "cp313"])
+def py(request):
+    if request.param in INTERPRETERS:
+        require_fixtures()
+        return INTERPRETERS[request.param]
+    return current_python(request.param)
+
+
+def run(tmp_path, py, case, options=()):
+    return run_capsan(S, tmp_path, interpreter=py, args=[case], options=list(options))
+
+
+def only(res, expected):
+    assert kinds(res.report) == set(expected), res.describe()
+
+
+def test_clean_exchanges(tmp_path, py):
+    """Moves, borrows, a consumer's own release, a stream, a device array,
+    and a capsule nobody consumed: nothing to report."""
+    res = run(tmp_path, py, "clean")
+    assert res.returncode == 0 and "done" in res.stdout, res.describe()
+    assert findings(res.report) == [], res.describe()
+
+
+def test_clean_without_touching_structs(tmp_path, py):
+    res = run(tmp_path, py, "clean", ["arrow_wrap=0"])
+    assert res.returncode == 0 and "done" in res.stdout, res.describe()
+    assert findings(res.report) == [], res.describe()
+
+
+def test_leak_moved_never_released(tmp_path, py):
+    """tarantool #11338's shape: the consumer moves the array out and never
+    releases it."""
+    res = run(tmp_path, py, "leak")
+    assert res.returncode == DEFAULT_EXITCODE, res.describe()
+    f = assert_finding_at(res, "arrow-leak", S, "export-array", event="export")
+    assert f["object"]["type"] == "ArrowArray", f["object"]
+    assert_finding_at(res, "arrow-leak", S, "leak", event="borrow")
+    assert_finding_at(res, "arrow-leak", S, "leak", event="move")
+    only(res, ["arrow-leak"])
+    assert_lsan_stderr(res.stderr, "arrow-leak")
+
+
+def test_leak_capsule_without_destructor(tmp_path, py):
+    res = run(tmp_path, py, "no-dtor")
+    f = assert_finding_at(res, "arrow-leak", S, "export-array", event="export")
+    assert "without a destructor" in f["message"], f["message"]
+    assert_finding_at(res, "arrow-leak", S, "no-dtor", event="destroy")
+    only(res, ["arrow-leak"])
+
+
+def test_double_release_copy_not_move(tmp_path, py):
+    """The consumer copies the struct without marking the source released
+    and releases its copy; the capsule releases the source again. Reported
+    before the second release runs; protect=1 skips it."""
+    res = run(tmp_path, py, "double-release", ["protect=1"])
+    assert res.returncode == DEFAULT_EXITCODE and "done" in res.stdout, res.describe()
+    f = assert_finding_at(res, "arrow-double-release", S, "double-release", event="release")
+    rel = [e for e in f["events"] if e["event"] == "release"]
+    assert len(rel) == 2, f["events"]
+    assert_finding_at(res, "arrow-double-release", S, "export-array", event="export")
+    only(res, ["arrow-double-release"])
+
+
+def test_double_release_without_protect_really_crashes(tmp_path):
+    res = run(tmp_path, INTERPRETERS["static"], "double-release")
+    assert is_signal(res.returncode, signal.SIGABRT) or is_signal(res.returncode, signal.SIGSEGV), \
+        res.describe()
+    assert "arrow-double-release" in res.stderr, "not reported before the crash\n" + res.describe()
+    assert_finding_at(res, "arrow-double-release", S, "double-release", event="release")
+    assert process_of(res.report)["ended"] == "signal"
+
+
+def test_release_not_cleared(tmp_path, py):
+    """nanoarrow #203's shape: the producer's release leaves release set; a
+    consumer releases early and the capsule's destructor, seeing it still
+    set, releases again."""
+    res = run(tmp_path, py, "not-cleared", ["protect=1"])
+    assert "done" in res.stdout, res.describe()
+    assert_finding_at(res, "arrow-release-not-cleared", S, "not-cleared", event="release")
+    assert_finding_at(res, "arrow-release-not-cleared", S, "export-array", event="export")
+    f = assert_finding_at(res, "arrow-double-release", S, "not-cleared", event="release")
+    assert any("skipped" in str(e) or e["event"] == "release" for e in f["events"])
+    only(res, ["arrow-release-not-cleared", "arrow-double-release"])
+
+
+def test_reconsume(tmp_path, py):
+    """A stream capsule consumed twice (duckdb #13793's shape)."""
+    res = run(tmp_path, py, "reconsume")
+    assert "done" in res.stdout, res.describe()
+    f = assert_finding_at(res, "arrow-reconsume", S, "reconsume", event="reconsume")
+    assert f["object"]["type"] == "ArrowArrayStream"
+    assert_finding_at(res, "arrow-reconsume", S, "first", event="borrow")
+    assert_finding_at(res, "arrow-reconsume", S, "export-stream", event="export")
+    only(res, ["arrow-reconsume"])
+
+
+def test_use_after_release(tmp_path, py):
+    """arrow-adbc #4363's shape: a shallow copy of a stream asked for its
+    last error after the original was released."""
+    res = run(tmp_path, py, "use-after-release", ["protect=1"])
+    assert "done" in res.stdout, res.describe()
+    f = assert_finding_at(res, "arrow-use-after-release", S, "use-after-release", event="get-last-error")
+    assert "get_last_error" in f["message"]
+    assert_finding_at(res, "arrow-use-after-release", S, "export-stream", event="export")
+    only(res, ["arrow-use-after-release"])
+
+
+def test_stream_misuse_two_threads(tmp_path, py):
+    """duckdb #1835's shape: two threads in get_next of one stream at once,
+    without the GIL."""
+    res = run(tmp_path, py, "stream-misuse")
+    assert "done" in res.stdout, res.describe()
+    f = findings(res.report, "arrow-stream-misuse")
+    assert len(f) == 1, res.describe()
+    ev = [e for e in f[0]["events"] if e["event"] == "get-next"]
+    assert ev and ev[-1]["thread"] != 1, f[0]["events"]
+    assert_finding_at(res, "arrow-stream-misuse", S, "export-stream", event="export")
+    only(res, ["arrow-stream-misuse"])
+
+
+def test_renamed(tmp_path, py):
+    """A consumer renames the capsule as DLPack consumers do: the producer's
+    destructor no longer finds its struct, and it leaks."""
+    res = run(tmp_path, py, "renamed")
+    assert_finding_at(res, "arrow-renamed", S, "renamed", event="rename")
+    assert_finding_at(res, "arrow-renamed", S, "export-array", event="export")
+    assert_finding_at(res, "arrow-leak", S, "renamed", event="destroy")
+    only(res, ["arrow-renamed", "arrow-leak"])
+
+
+def test_bad_struct_handed_out_empty(tmp_path, py):
+    res = run(tmp_path, py, "empty")
+    f = assert_finding_at(res, "arrow-bad-struct", S, "empty", event="reconsume")
+    assert "first consumer" in f["message"]
+    only(res, ["arrow-bad-struct"])
+
+
+def test_bad_struct_device_type(tmp_path, py):
+    res = run(tmp_path, py, "bad-device")
+    f = assert_finding_at(res, "arrow-bad-struct", S, "bad-device", event="check")
+    assert f["object"]["type"] == "ArrowDeviceArray" and "device_type 0" in f["message"]
+    only(res, ["arrow-bad-struct"])
+
+
+def test_no_touch_mode_still_sees_capsules(tmp_path, py):
+    """arrow_wrap=0 never writes a struct: a reconsume and a capsule that dies
+    with release set and no destructor are still seen; moves are not."""
+    res = run(tmp_path, py, "reconsume", ["arrow_wrap=0"])
+    assert_finding_at(res, "arrow-reconsume", S, "reconsume", event="reconsume")
+    res = run(tmp_path / "b", py, "no-dtor", ["arrow_wrap=0"])
+    assert_finding_at(res, "arrow-leak", S, "export-array", event="export")
+    res = run(tmp_path / "c", py, "leak", ["arrow_wrap=0"])
+    assert findings(res.report) == [], res.describe()
+
+
+def test_scope_leak_in_api_mode(tmp_path, interp):
+    """`import capsan`: the leak is judged when its capsan.trace() scope ends."""
+    import json
+    import subprocess
+    from conftest import BUILD, base_env
+    env = base_env(None, interp)
+    env["PYTHONPATH"] = f"{BUILD / 'python'}:{env['PYTHONPATH']}"
+    cp = subprocess.run([str(interp), str(SCENARIOS / "ar_scope.py")], capture_output=True,
+                        text=True, env=env, timeout=120)
+    lines = [json.loads(x) for x in cp.stdout.splitlines() if x.startswith("[")]
+    assert lines == [["arrow-leak"], []], (cp.returncode, cp.stdout, cp.stderr[-3000:])
+
+
+def test_killed_process_holds_arrow_structs(tmp_path):
+    """SIGKILL: no leak verdict, but what it held is listed as arrow-leak warnings."""
+    from conftest import BUILD, FIXDIR
+    script = SCENARIOS / "ar_scope.py"
+    res = run_capsan(script, tmp_path, interpreter=INTERPRETERS["static"], args=["kill"],
+                     env={"PYTHONPATH": f"{BUILD / 'python'}:{FIXDIR}"})
+    assert is_signal(res.returncode, signal.SIGKILL), res.describe()
+    fs = findings(res.report, "arrow-leak")
+    assert fs and all(f["severity"] == "warning" for f in fs), res.describe()
+    assert_finding_at(res, "arrow-leak", script, "export", event="export")
+
+
+def test_pytest_plugin_fails_arrow_tests(tmp_path):
+    """pytest --capsan: the test that leaks an Arrow array and the one that
+    consumes a capsule twice fail, naming the kind; the clean one passes."""
+    import shutil
+    import subprocess
+    from conftest import BUILD, FIXDIR
+    case = tmp_path / "test_ar_cases.py"
+    shutil.copy(SCENARIOS / "ar_pytest_cases.py", case)
+    env = dict(__import__("os").environ, PYTHONPATH=f"{BUILD / 'python'}:{FIXDIR}")
+    env.pop("LD_PRELOAD", None)
+    cp = subprocess.run(["/usr/bin/python3", "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                         "--capsan", str(case)], capture_output=True, text=True, env=env,
+                        cwd=tmp_path, timeout=300)
+    out = cp.stdout + cp.stderr
+    assert "FAILED test_ar_cases.py::test_leaky - capsan: arrow-leak" in out, out[-3000:]
+    assert "FAILED test_ar_cases.py::test_reconsume - capsan: arrow-reconsume" in out, out[-3000:]
+    assert "2 failed, 1 passed" in out, out[-3000:]

@@ -1,0 +1,56 @@
+"""Real peers of the Arrow PyCapsule interface: pyarrow, polars, duckdb,
+nanoarrow, arro3-core and pandas (pinned in .ci/arrowvenvs, built by `make
+arrow-venvs`) exchanging schemas, arrays and streams in every direction,
+and duckdb on 4 threads scanning a pyarrow reader, report nothing; a real
+reconsume through polars is reported with both consumers' lines."""
+import pytest
+
+from conftest import SCENARIOS, assert_finding_at, findings, kinds, run_capsan, tagged_pythons
+
+ARROW = tagged_pythons("arrowvenvs.txt")
+
+
+@pytest.fixture(params=["cp311", "cp313"])
+def apy(request):
+    if request.param not in ARROW:
+        pytest.skip(f"no Arrow {request.param} venv (make arrow-venvs; .ci/arrowvenvs)")
+    return ARROW[request.param]
+
+
+@pytest.mark.parametrize("mode", ["wrap", "no-touch"])
+def test_six_libraries_every_direction_clean(tmp_path, apy, mode):
+    script = SCENARIOS / "ar_peers.py"
+    opts = ["arrow_wrap=0"] if mode == "no-touch" else []
+    res = run_capsan(script, tmp_path, interpreter=apy, options=opts, timeout=300)
+    assert res.returncode == 0 and "clean" in res.stderr, res.describe()
+    assert findings(res.report) == [], res.describe()
+    # the exchanges were seen: Arrow events were judged
+    assert res.report["processes"][0]["summary"]["events"] > 500, res.report["processes"][0]["summary"]
+
+
+def test_polars_silent_reconsume(tmp_path, apy):
+    script = SCENARIOS / "ar_polars_reconsume.py"
+    res = run_capsan(script, tmp_path, interpreter=apy)
+    # polars itself says nothing: the second Series is silently empty
+    assert "1000 0" in res.stderr, res.describe()
+    f = assert_finding_at(res, "arrow-reconsume", script, "again", event="reconsume",
+                          innermost=False)
+    assert f["object"]["type"] == "ArrowArray", f["object"]
+    assert_finding_at(res, "arrow-reconsume", script, "first", event="borrow", innermost=False)
+    assert_finding_at(res, "arrow-reconsume", script, "export", event="export")
+    assert kinds(res.report) == {"arrow-reconsume"}, res.describe()
+
+
+def test_pyarrow_own_c_data_interface_tests(tmp_path, apy):
+    """pyarrow's wheel ships its tests of the C data interface
+    (pyarrow/tests/test_cffi.py, with cffi): they pass under capsan, which
+    has nothing to say about them."""
+    import subprocess
+    site = subprocess.run([str(apy), "-c", "import pyarrow, os; print(os.path.dirname(pyarrow.__file__))"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    suite = f"{site}/tests/test_cffi.py"
+    code = ("import sys, pytest; sys.exit(pytest.main(['-q', '-p', 'no:cacheprovider', %r]))" % suite)
+    res = run_capsan(code, tmp_path, interpreter=apy, timeout=600)
+    assert res.returncode == 0, res.describe()
+    assert " passed" in res.stdout and " failed" not in res.stdout, res.stdout[-2000:]
+    assert findings(res.report) == [], res.describe()
