@@ -659,13 +659,15 @@ static void thread_stack(cs_stack_cache *c)
 /* The stack slot holding the first return address outside capsan: capsan
  * is built with frame pointers, so its own frames chain through rbp up to
  * the hook that foreign code called. */
-static inline uintptr_t *foreign_slot(uintptr_t *fp, uintptr_t lo, uintptr_t hi)
+static inline uintptr_t *foreign_slot(uintptr_t *fp, uintptr_t lo, uintptr_t hi, int *levels)
 {
     for (int i = 0; i < 16; i++) {
         if ((uintptr_t)fp < lo || (uintptr_t)fp + 16 > hi)
             return NULL;
-        if (fp[1] < self_lo || fp[1] >= self_hi)
+        if (fp[1] < self_lo || fp[1] >= self_hi) {
+            *levels = i;
             return &fp[1];
+        }
         uintptr_t *up = (uintptr_t *)fp[0];
         if (up <= fp)
             return NULL;
@@ -717,7 +719,8 @@ static rentry *chain_hit(cs_stack_cache *c, const uintptr_t *slot0, int gil)
 /* Miss: walk with the cursor API up to the eval loop, noting where each
  * return address is stored, and remember the chain. Fills ips like
  * unw_backtrace; returns how many, or -1 if this walk cannot be used. */
-static int chain_walk(cs_stack_cache *c, const uintptr_t *slot0, void **ips, int max, int gil)
+static int chain_walk(cs_stack_cache *c, const uintptr_t *slot0, void **ips, int max, int gil,
+                      int nd)
 {
     unw_context_t uc;
     unw_cursor_t cur;
@@ -738,12 +741,24 @@ static int chain_walk(cs_stack_cache *c, const uintptr_t *slot0, void **ips, int
             cut = n - 1;
             break;
         }
+        /* far enough past the first foreign frame (however many of
+         * capsan's frames lie above it: this walk may be made one call
+         * deeper than a capture's) for the frames a stack keeps */
+        if (first >= 0 && n - 1 - first >= nd + 4)
+            break;
     } while (n < max && unw_cur_step(&cur) > 0);
-    if (!gil)
-        cut = n - 1; /* no eval loop cut: the chain is all that was walked */
-    if (first >= 0 && cut > first && cut - first <= RMAXF) {
-        rentry e = {.ret0 = *slot0, .n = (uint16_t)(cut - first), .gil = (uint8_t)gil, .pure = 1};
-        for (int i = first + 1; i <= cut; i++) {
+    if (!gil || cut < 0)
+        cut = n - 1; /* no eval loop cut (or none within max): the chain is all that was walked */
+    /* a stack keeps nd native frames: the chain needs the frames up to
+     * the nd-th foreign one, not the rest of the way to the eval loop
+     * (deep C++ and Rust paths) */
+    int len = 0;
+    for (int kept = 1, i = first + 1; first >= 0 && i <= cut && kept < nd; i++, len++)
+        if ((uintptr_t)ips[i] < self_lo || (uintptr_t)ips[i] >= self_hi)
+            kept++;
+    if (first >= 0 && len > 0 && len <= RMAXF) {
+        rentry e = {.ret0 = *slot0, .n = (uint16_t)len, .gil = (uint8_t)gil, .pure = 1};
+        for (int i = first + 1; i <= first + len; i++) {
             const uintptr_t *at = (const uintptr_t *)(sps[i] - sizeof(uintptr_t));
             if (at <= slot0 || *at != (uintptr_t)ips[i])
                 return n; /* not a plain call chain (signal frame): not cached */
@@ -769,7 +784,7 @@ static uint32_t stack_id(cs_thread *t, const uint64_t *vals, int n, int importin
 /* A miss that libunwind answered (ips, got frames): on the same chain's
  * second miss, learn it (a walk of its own, from this same frame). */
 static void learn_if_repeated(cs_stack_cache *c, const uintptr_t *slot0, void *const *ips, int got,
-                              int full, int gil)
+                              int gil, int nd)
 {
     uint64_t h = 0x9e3779b97f4a7c15ull * (uint64_t)(gil + 1);
     for (int i = 0; i < got; i++)
@@ -784,7 +799,7 @@ static void learn_if_repeated(cs_stack_cache *c, const uintptr_t *slot0, void *c
         return; /* learnt once already: it did not stay (or cannot be kept) */
     *m = h | 1;
     void *scratch[128 + 16];
-    chain_walk(c, slot0, scratch, full, gil);
+    chain_walk(c, slot0, scratch, (int)(sizeof scratch / sizeof scratch[0]), gil, nd);
 }
 
 /* a few words: inline, where memcmp's call costs more than the compare */
@@ -815,9 +830,16 @@ uint32_t cs_stack_capture(cs_thread *t, int gil, int python_only, unsigned site)
     uint64_t vals[MAXF + 16];
     int n = 0;
     const uintptr_t *slot0 = NULL;
-    if (nd > 0 && (gil ? eval_hi != 0 : 1) && unw_cur_step && cs_opt.fast_unwind &&
-        t->cache->stack_hi)
-        slot0 = foreign_slot(__builtin_frame_address(0), t->cache->stack_lo, t->cache->stack_hi);
+    /* how many of capsan's own frames lie above the first foreign one
+     * (hooks reach emit through one to five calls): what an unwind must
+     * walk on top of native_depth */
+    int levels = -1;
+    const uintptr_t *first = nd > 0 && t->cache->stack_hi
+                                 ? foreign_slot(__builtin_frame_address(0), t->cache->stack_lo,
+                                                t->cache->stack_hi, &levels)
+                                 : NULL;
+    if (first && (gil ? eval_hi != 0 : 1) && unw_cur_step && cs_opt.fast_unwind)
+        slot0 = first;
     rentry *hit = NULL;
     if (slot0) {
         cs_stack_cache *c = t->cache;
@@ -844,14 +866,18 @@ uint32_t cs_stack_capture(cs_thread *t, int gil, int python_only, unsigned site)
         }
     } else if (nd > 0 && unw_bt) {
         void *ips[128 + 16];
-        /* capsan's own frames (hook, emit, capture) sit on top */
-        enum { SELF = 3 };
-        int full = nd + SELF, cut = -1;
+        /* capsan's own frames (capture, emit, the hook and what lies
+         * between) sit on top: as many as the frame pointers said, else
+         * the usual three */
+        int self = first ? levels + 1 : 3;
+        int full = nd + self, cut = -1;
+        if (full > 128 + 16)
+            full = 128 + 16;
         uint8_t *hint = &t->cache->eval_depth[site & 31];
         int got = -1, walked = 0;
         if (slot0 && t->cache->learn_credit >= LEARN_COST) {
             t->cache->learn_credit -= LEARN_COST;
-            got = chain_walk(t->cache, slot0, ips, full, gil);
+            got = chain_walk(t->cache, slot0, ips, (int)(sizeof ips / sizeof ips[0]), gil, nd);
             walked = 1;
         }
         int want = full;
@@ -878,7 +904,7 @@ uint32_t cs_stack_capture(cs_thread *t, int gil, int python_only, unsigned site)
         if (cut >= 0)
             got = cut + 1; /* keep the eval frame: the Python frames go there */
         if (slot0 && !walked && got > 0)
-            learn_if_repeated(t->cache, slot0, ips, got, full, gil);
+            learn_if_repeated(t->cache, slot0, ips, got, gil, nd);
         for (int i = 0; i < got && n < nd; i++)
             if ((uintptr_t)ips[i] < self_lo || (uintptr_t)ips[i] >= self_hi)
                 vals[n++] = (uint64_t)(uintptr_t)ips[i] & ~CS_FRAME_PY;

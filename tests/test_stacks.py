@@ -38,3 +38,26 @@ def test_fast_unwind_gives_libunwinds_stacks(tmp_path):
     assert any(fr[0] and "dlconsumer" in fr[0] for fr in native), "no native frames seen"
     assert a == b, "stacks differ:\n" + "\n".join(
         f"{'fast' if k in a else 'slow'} {k}" for k in (set(a) ^ set(b)))
+
+
+def test_fast_unwind_with_chains_deeper_than_native_depth(tmp_path):
+    """native_depth=3: every chain from a hook to the eval loop is longer
+    than the frames a stack keeps (as deep C++ and Rust paths are with the
+    default 16), so the cache keeps and proves only the frames up to the
+    third foreign one. The stacks must still be libunwind's, cut the same
+    way, and the cache must be used (a chain per call path, not a walk per
+    event: the events far outnumber the paths)."""
+    opts = ["native_depth=3"]
+    fast = run_capsan(S, tmp_path / "fast", options=["fast_unwind=1", *opts])
+    slow = run_capsan(S, tmp_path / "slow", options=["fast_unwind=0", *opts])
+    for r in (fast, slow):
+        assert "done" in r.stdout, r.describe()
+        assert r.returncode == 23, r.describe()
+    a, b = stacks(fast.report), stacks(slow.report)
+    assert sum(n for (k, *_), n in a.items() if k == "numpy-leak") >= 120, a
+    for key in a:
+        # one address may be several frames (functions inlined into it)
+        addrs = {fr[:2] for fr in key[2] if len(fr) == 3}
+        assert len(addrs) <= 3, key
+    assert a == b, "stacks differ:\n" + "\n".join(
+        f"{'fast' if k in a else 'slow'} {k}" for k in (set(a) ^ set(b)))
