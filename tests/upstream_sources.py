@@ -78,8 +78,8 @@ def _git(gitdir, *args) -> subprocess.CompletedProcess:
 def _git_dirs(up: Upstream):
     owner, name = up.repo.split("/")
     for entry in [*filter(None, os.environ.get("CAPSAN_UPSTREAM_GIT", "").split(":")), MIRRORS]:
-        for d in (Path(entry), Path(entry) / f"{owner}+{name}" / "repo"):
-            if (d / "HEAD").exists() or (d / ".git").exists():
+        for d in (Path(entry), Path(entry) / ".git", Path(entry) / f"{owner}+{name}" / "repo"):
+            if (d / "HEAD").is_file():
                 yield d
 
 
@@ -161,8 +161,9 @@ def obtain(up: Upstream, pip_python) -> Path:
     files = files or _from_git(up, tried) or _from_host(up, tried)
     if files is None:
         raise Unavailable(f"{up.repo}'s {', '.join(up.paths)} at {up.tag} ({up.commit}) could not "
-                          "be obtained:\n  " + "\n  ".join(tried) + "\nfetch the repository (a "
-                          "clone holding that commit) and point CAPSAN_UPSTREAM_GIT at it")
+                          "be obtained:\n  " + "\n  ".join(tried) + "\nclone the repository (one "
+                          f"holding that commit: git clone --depth 1 --branch {up.tag} ...) and "
+                          "point CAPSAN_UPSTREAM_GIT at it")
     for p, data in files.items():
         want = up.blobs.get(p)
         if want and blob_id(data) != want:
