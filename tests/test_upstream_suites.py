@@ -4,7 +4,8 @@ the exact release the venv has, must pass and capsan must report nothing.
 
 - torch 2.13.0's test/test_dlpack.py (the cp311 venv; torch's wheel ships the
   torch.testing._internal it imports, not the test, which is obtained at the
-  wheel's own commit, torch.version.git_version);
+  wheel's own commit, torch.version.git_version; expecttest, which
+  common_utils imports, pinned into a cache);
 - JAX 0.10.2's tests/array_interoperability_test.py and
   tests/pytorch_interoperability_test.py (JAX <-> NumPy and JAX <-> torch
   DLPack), with absl-py, which they import, pinned into a cache;
@@ -54,6 +55,7 @@ pytestmark = pytest.mark.skipif(os.environ.get("CAPSAN_CHECK_UPSTREAM") != "1",
                                 reason="upstream suites: run by `make check-upstream`")
 
 ABSL = "absl-py==2.5.1"
+EXPECTTEST = "expecttest==0.3.0"   # torch.testing._internal.common_utils imports it
 PYARROW_PINS = ("pyarrow==26.0.1", "numpy==2.4.6", "pytest==9.2.0", "hypothesis==6.170.17")
 PRIVATE_VENVS = Path(os.environ.get("CAPSAN_UPSTREAM_VENVS")
                      or Path.home() / ".cache" / "capsan" / "upstream-venvs")
@@ -187,8 +189,9 @@ def test_torch_test_dlpack(tmp_path, mode):
     capsule or tensor behind."""
     py = venv_python()
     d = upstream_files(us.TORCH, py)
+    deps = pip_target(py, EXPECTTEST, "expecttest-cp311")
     cp, report, plugin = run_suite(tmp_path, py, [d / "test" / "test_dlpack.py"], mode=mode,
-                                   cwd=d / "test")
+                                   cwd=d / "test", pythonpath=[deps])
     check_clean(cp, report, plugin, min_passed=100, min_tensors=100, mode=mode)
 
 
