@@ -87,6 +87,7 @@ def pip_target(py, req, name) -> Path:
     """A folder with `req` installed for `py` (pip --target), made once."""
     d = us.CACHE / "deps" / name
     if not (d / ".done").exists():
+        subprocess.run(["rm", "-rf", str(d)], check=True)
         cp = subprocess.run([str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check",
                              "--target", str(d), req], capture_output=True, text=True, timeout=600)
         assert cp.returncode == 0, f"pip could not install {req} into {d}:\n{cp.stderr}"
@@ -117,7 +118,8 @@ def pyarrow_python() -> Path:
 
 
 def run_suite(tmp_path, py, files, *, mode, cwd, pythonpath=(), env=None, timeout=1800):
-    """pytest on `files` with `py` under capsan. mode "run": `capsan run`;
+    """pytest on `files` (and any pytest arguments after them) with `py`
+    under capsan. mode "run": `capsan run`;
     "plugin": LD_PRELOAD + `-p capsan.pytest_plugin --capsan`. Returns
     (CompletedProcess, trace report, plugin report or None)."""
     require(CAPSAN, LIBCAPSAN, PYDIR / "capsan" / "__init__.py")
@@ -125,7 +127,7 @@ def run_suite(tmp_path, py, files, *, mode, cwd, pythonpath=(), env=None, timeou
     e["PYTHONPATH"] = ":".join(map(str, [PYDIR, *pythonpath]))
     e.update(env or {})
     log = tmp_path / "t"
-    args = ["-m", "pytest", "-p", "no:cacheprovider", "-q", "-rfEs", *map(str, files)]  # files: + pytest args
+    args = ["-m", "pytest", "-p", "no:cacheprovider", "-q", "-rfEs", *map(str, files)]
     out = tmp_path / "capsan.json"
     if mode == "plugin":
         e["LD_PRELOAD"] = str(LIBCAPSAN)
@@ -154,7 +156,8 @@ def counts(stdout):
 
 def check_clean(cp, report, plugin, *, min_passed, min_tensors, mode, true=()):
     """The suite passed (failures none, errors none), capsan found nothing,
-    and it watched real traffic: at least 10 * `min_tensors` events, and
+    and it watched real traffic: at least 3 * `min_tensors` events (a tensor
+    is made, consumed and released), and
     (capsan run's exit line) `min_tensors` DLPack tensors."""
     assert cp.returncode == 0, cp.describe
     c = counts(cp.stdout)
@@ -164,7 +167,7 @@ def check_clean(cp, report, plugin, *, min_passed, min_tensors, mode, true=()):
     findings = [f for p in report["processes"] for f in p["findings"] if f not in true]
     assert findings == [], "capsan reported findings on an upstream suite\n" + cp.describe
     events = sum(p["summary"]["events"] for p in report["processes"])
-    assert events >= 10 * min_tensors, f"only {events} events traced\n{cp.describe}"
+    assert events >= 3 * min_tensors, f"only {events} events traced\n{cp.describe}"
     if mode == "run":
         m = re.search(r"capsan: no findings: (\d+) process\w* traced, (\d+) tensor", cp.stderr)
         assert m, "capsan run did not say what it watched\n" + cp.describe
