@@ -38,6 +38,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -71,16 +72,20 @@ def installed_version(py, dist):
     return cp.stdout.strip() if cp.returncode == 0 else None
 
 
-def upstream_files(up: us.Upstream, py) -> Path:
-    """The suite's files, after checking the venv has exactly up.version."""
+def upstream_files(up: us.Upstream, py, tmp_path) -> Path:
+    """A copy, in tmp_path, of the suite's files (the suites write next to
+    themselves: tvm-ffi's build output), after checking the venv has
+    exactly up.version."""
     got = installed_version(py, up.dist)
     assert got == up.version, (f"{py} has {up.dist} {got}; upstream_sources pins {up.version} "
                                "(update the pin, its commit and the test file together)")
     try:
-        return us.obtain(up, py)
+        src = us.obtain(up, py)
     except us.Unavailable as e:
-        msg = str(e)
-    pytest.fail(msg, pytrace=False)
+        src, msg = None, str(e)
+    if src is None:
+        pytest.fail(msg, pytrace=False)
+    return Path(shutil.copytree(src, tmp_path / "src"))
 
 
 def pip_target(py, req, name) -> Path:
@@ -191,7 +196,7 @@ def test_torch_test_dlpack(tmp_path, mode):
     quantized, bad stream, bad device): each error path must leave no
     capsule or tensor behind."""
     py = venv_python()
-    d = upstream_files(us.TORCH, py)
+    d = upstream_files(us.TORCH, py, tmp_path)
     deps = pip_target(py, EXPECTTEST, "expecttest-cp311")
     cp, report, plugin = run_suite(tmp_path, py, [d / "test" / "test_dlpack.py"], mode=mode,
                                    cwd=d / "test", pythonpath=[deps])
@@ -203,7 +208,7 @@ def test_jax_interoperability(tmp_path, mode):
     """JAX's DLPack interoperability tests against NumPy and torch, CPU
     only (the GPU, TensorFlow and CuPy cases skip)."""
     py = venv_python()
-    d = upstream_files(us.JAX, py)
+    d = upstream_files(us.JAX, py, tmp_path)
     absl = pip_target(py, ABSL, "absl-cp311")
     env = {"JAX_PLATFORMS": "cpu"}
     if mode == "run":
@@ -237,7 +242,7 @@ def test_tvm_ffi_dlpack(tmp_path, mode):
     dlpack-bad-exchange-table warning. `capsan run` alone judges a table
     when a consumer reads it, and nothing in these files reads that one."""
     py = venv_python()
-    d = upstream_files(us.TVM_FFI, py) / "tests" / "python"
+    d = upstream_files(us.TVM_FFI, py, tmp_path) / "tests" / "python"
     files = [d / Path(p).name for p in us.TVM_FFI.paths]
     tables = tmp_path / "tables.json"
     env = {"CAPSAN_XAPI_TYPES": WRAPPER, "CAPSAN_XAPI_OUT": str(tables)}
