@@ -45,7 +45,7 @@ PY_SRC   := $(wildcard pyhook/capsan/*.py)
 PY_OUT   := $(patsubst pyhook/capsan/%,$(B)/python/capsan/%,$(PY_SRC))
 
 .PHONY: all deps demo test test-c test-py bench install clean check-numpy venvs fixtures-current fixture-sos
-.PHONY: test-install realworld-venvs test-realworld arrow-venvs
+.PHONY: test-install realworld-venvs test-realworld arrow-venvs check-upstream
 all: $(B)/lib/libcapsan.so $(B)/bin/capsan python
 
 $(B)/obj/rt/%.o: %.c $(wildcard preload/*.h preload/*.inc model/*.h model/*.inc)
@@ -149,6 +149,14 @@ test-py:
 # leaves out
 check-numpy: all fixtures fixtures-current
 	@cd tests && CAPSAN_CHECK_NUMPY=1 $(PYTHON) -m pytest -q -p no:cacheprovider test_numpy_suites.py $(PYTEST_ARGS)
+
+# upstream DLPack suites under capsan, at the installed releases: torch's
+# test_dlpack.py, JAX's interoperability tests, tvm-ffi's DLPack tests (cp311
+# venv) and pyarrow's test_dlpack.py (a private pinned venv), and numpy's
+# (test_numpy_suites.py, as in make test); the upstream files are
+# obtained into ~/.cache/capsan/upstream (tests/upstream_sources.py)
+check-upstream: all fixtures fixtures-current
+	@cd tests && CAPSAN_CHECK_UPSTREAM=1 $(PYTHON) -m pytest -q -p no:cacheprovider test_upstream_suites.py test_numpy_suites.py $(PYTEST_ARGS)
 
 # `pip install .` into a fresh venv of every CPython 3.10-3.13 that .ci/venvs
 # finds (make test does cp311 only), and make install

@@ -1,0 +1,279 @@
+"""Upstream DLPack suites under capsan (`make check-upstream`,
+CAPSAN_CHECK_UPSTREAM=1; `make test` skips them): the projects' own tests, at
+the exact release the venv has, must pass and capsan must report nothing.
+
+- torch 2.13.0's test/test_dlpack.py (the cp311 venv; torch's wheel ships the
+  torch.testing._internal it imports, not the test, which is obtained at the
+  wheel's own commit, torch.version.git_version; expecttest, which
+  common_utils imports, pinned into a cache);
+- JAX 0.10.2's tests/array_interoperability_test.py and
+  tests/pytorch_interoperability_test.py (JAX <-> NumPy and JAX <-> torch
+  DLPack), with absl-py, which they import, pinned into a cache;
+- tvm-ffi 0.1.15.post2's DLPack tests, from its pinned sdist: the exchange
+  API against torch (test_dlpack_exchange_api.py builds a torch C++
+  extension; test_optional_torch_c_dlpack.py builds tvm-ffi's own
+  torch_c_dlpack addon, in subprocesses), containers and tensors;
+- pyarrow 26.0.1's pyarrow/tests/test_dlpack.py, as its wheel ships it, in a
+  private venv of the cp311 base interpreter (pyarrow + numpy 2.4.6 +
+  pytest, and hypothesis, which pyarrow's conftest imports; pinned below);
+- numpy 2's test_dlpack.py is test_numpy_suites.py's (make check-numpy).
+
+Where the files come from: upstream_sources.py (nothing vendored).
+
+Every suite runs twice: under `capsan run` (global tracking, the whole
+process tree) and with the pytest plugin (--capsan: every test its own trace
+window with a tracing NumPy handler, so a block a test leaves alive is a
+numpy-leak of that test). No suite has a true finding: every assertion
+below is "no finding", in both modes, and the runs are checked to have
+watched real exchanges (tensors counted), so an empty report is not a
+sanitizer that saw nothing.
+
+Known-unrelated outcomes, none a failure: GPU/ROCm/CUDA-only cases, and
+TensorFlow and CuPy cases (not installed), skip; JAX's x64 cases skip unless
+JAX_ENABLE_X64 (the `capsan run` pass sets it, and asks for every generated
+case, JAX_NUM_GENERATED_CASES, instead of JAX's default sample of 10).
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import (CAPSAN, LIBCAPSAN, SCENARIOS, base_env, capsan_report, current_python,
+                      no_core, require, summarize, trace_files)
+
+sys.path.insert(0, str(SCENARIOS))
+from np_testlib import PYDIR  # noqa: E402
+import upstream_sources as us  # noqa: E402
+
+pytestmark = pytest.mark.skipif(os.environ.get("CAPSAN_CHECK_UPSTREAM") != "1",
+                                reason="upstream suites: run by `make check-upstream`")
+
+ABSL = "absl-py==2.5.1"
+EXPECTTEST = "expecttest==0.3.0"   # torch.testing._internal.common_utils imports it
+PYARROW_PINS = ("pyarrow==26.0.1", "numpy==2.4.6", "pytest==9.2.0", "hypothesis==6.170.17")
+PRIVATE_VENVS = Path(os.environ.get("CAPSAN_UPSTREAM_VENVS")
+                     or Path.home() / ".cache" / "capsan" / "upstream-venvs")
+
+
+def venv_python():
+    return current_python("cp311")
+
+
+def installed_version(py, dist):
+    cp = subprocess.run([str(py), "-c", f"import importlib.metadata as m; print(m.version({dist!r}))"],
+                        capture_output=True, text=True, timeout=120, env=base_env())
+    return cp.stdout.strip() if cp.returncode == 0 else None
+
+
+def upstream_files(up: us.Upstream, py, tmp_path) -> Path:
+    """A copy, in tmp_path, of the suite's files (the suites write next to
+    themselves: tvm-ffi's build output), after checking the venv has
+    exactly up.version."""
+    got = installed_version(py, up.dist)
+    assert got == up.version, (f"{py} has {up.dist} {got}; upstream_sources pins {up.version} "
+                               "(update the pin, its commit and the test file together)")
+    try:
+        src = us.obtain(up, py)
+    except us.Unavailable as e:
+        src, msg = None, str(e)
+    if src is None:
+        pytest.fail(msg, pytrace=False)
+    return Path(shutil.copytree(src, tmp_path / "src"))
+
+
+def pip_target(py, req, name) -> Path:
+    """A folder with `req` installed for `py` (pip --target), made once."""
+    d = us.CACHE / "deps" / name
+    if not (d / ".done").exists():
+        subprocess.run(["rm", "-rf", str(d)], check=True)
+        cp = subprocess.run([str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check",
+                             "--target", str(d), req], capture_output=True, text=True, timeout=600)
+        assert cp.returncode == 0, f"pip could not install {req} into {d}:\n{cp.stderr}"
+        (d / ".done").write_text(req + "\n")
+    return d
+
+
+def pyarrow_python() -> Path:
+    """A private venv of the cp311 venv's base CPython with PYARROW_PINS,
+    rebuilt when the pins change."""
+    home = next(line.split("=", 1)[1].strip()
+                for line in (venv_python().parent.parent / "pyvenv.cfg").read_text().splitlines()
+                if line.startswith("home"))
+    base = Path(home) / "python3.11"
+    require(base)
+    d = PRIVATE_VENVS / ("-".join(p.replace("==", "-") for p in PYARROW_PINS[:1]) + "-cp311")
+    stamp = d / "capsan-pins.txt"
+    want = "\n".join(PYARROW_PINS) + "\n"
+    if not (stamp.exists() and stamp.read_text() == want):
+        subprocess.run(["rm", "-rf", str(d)], check=True)
+        subprocess.run([str(base), "-m", "venv", str(d)], check=True, timeout=300)
+        cp = subprocess.run([str(d / "bin" / "python"), "-m", "pip", "install", "-q",
+                             "--disable-pip-version-check", *PYARROW_PINS],
+                            capture_output=True, text=True, timeout=1200)
+        assert cp.returncode == 0, f"pip install {' '.join(PYARROW_PINS)} failed:\n{cp.stderr}"
+        stamp.write_text(want)
+    return d / "bin" / "python"
+
+
+def run_suite(tmp_path, py, files, *, mode, cwd, pythonpath=(), env=None, timeout=1800):
+    """pytest on `files` (and any pytest arguments after them) with `py`
+    under capsan. mode "run": `capsan run`;
+    "plugin": LD_PRELOAD + `-p capsan.pytest_plugin --capsan`. Returns
+    (CompletedProcess, trace report, plugin report or None)."""
+    require(CAPSAN, LIBCAPSAN, PYDIR / "capsan" / "__init__.py")
+    e = base_env(None, py)
+    e["PYTHONPATH"] = ":".join(map(str, [PYDIR, *pythonpath]))
+    e.update(env or {})
+    log = tmp_path / "t"
+    args = ["-m", "pytest", "-p", "no:cacheprovider", "-q", "-rfEs", *map(str, files)]
+    out = tmp_path / "capsan.json"
+    if mode == "plugin":
+        e["LD_PRELOAD"] = str(LIBCAPSAN)
+        e["CAPSAN_OPTIONS"] = f"log_path={log}:exitcode=0"
+        cmd = [str(py), *args, "-p", "capsan.pytest_plugin", "--capsan", f"--capsan-report={out}"]
+    else:
+        e["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+        cmd = [str(CAPSAN), "run", "--log-path", str(log), "--", str(py), *args]
+    cp = subprocess.run(cmd, capture_output=True, text=True, env=e, timeout=timeout, cwd=str(cwd),
+                        stdin=subprocess.DEVNULL, preexec_fn=no_core)
+    traces = trace_files(tmp_path)
+    report = capsan_report(traces)[1] if traces else None
+    cp.describe = (f"command: {' '.join(cmd)}\ncwd: {cwd}\nrc={cp.returncode}\n--- stdout\n"
+                   f"{cp.stdout[-6000:]}\n--- stderr\n{cp.stderr[-4000:]}\n--- trace findings\n"
+                   f"{summarize(report)}")
+    plugin = json.loads(out.read_text()) if mode == "plugin" and out.exists() else None
+    return cp, report, plugin
+
+
+def counts(stdout):
+    """{"passed": N, "failed": N, ...} from pytest's summary line."""
+    last = [line for line in stdout.splitlines() if re.search(r"\d+ (passed|failed)", line)]
+    assert last, "no pytest summary line"
+    return {k: int(n) for n, k in re.findall(r"(\d+) (\w+)", last[-1])}
+
+
+def check_clean(cp, report, plugin, *, min_passed, min_tensors, mode, true=()):
+    """The suite passed (failures none, errors none), capsan found nothing,
+    and it watched real traffic: at least 3 * `min_tensors` events (a tensor
+    is made, consumed and released), and
+    (capsan run's exit line) `min_tensors` DLPack tensors."""
+    assert cp.returncode == 0, cp.describe
+    c = counts(cp.stdout)
+    assert c.get("passed", 0) >= min_passed and not c.get("failed") and not c.get("error"), (
+        f"{c}\n{cp.describe}")
+    assert report is not None, cp.describe
+    findings = [f for p in report["processes"] for f in p["findings"] if f not in true]
+    assert findings == [], "capsan reported findings on an upstream suite\n" + cp.describe
+    events = sum(p["summary"]["events"] for p in report["processes"])
+    assert events >= 3 * min_tensors, f"only {events} events traced\n{cp.describe}"
+    if mode == "run":
+        m = re.search(r"capsan: no findings: (\d+) process\w* traced, (\d+) tensor", cp.stderr)
+        assert m, "capsan run did not say what it watched\n" + cp.describe
+        assert int(m.group(2)) >= min_tensors, f"only {m.group(2)} tensors\n{cp.describe}"
+    if plugin is not None:
+        assert len(plugin["tests"]) >= min_passed, cp.describe
+        bad = {t["nodeid"]: t["findings"] for t in plugin["tests"] if t["findings"]}
+        assert not bad, f"tests with findings: {sorted(bad)}\n{cp.describe}"
+        assert plugin["outside_tests"] == [], cp.describe
+    return c
+
+
+MODES = ["run", "plugin"]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_torch_test_dlpack(tmp_path, mode):
+    """torch's own DLPack suite: capsule and protocol round trips of every
+    dtype, versioned and 0.x capsules, non-contiguous and strided views,
+    NumPy <-> torch, and the export errors (requires_grad, conj, sparse,
+    quantized, bad stream, bad device): each error path must leave no
+    capsule or tensor behind."""
+    py = venv_python()
+    d = upstream_files(us.TORCH, py, tmp_path)
+    deps = pip_target(py, EXPECTTEST, "expecttest-cp311")
+    cp, report, plugin = run_suite(tmp_path, py, [d / "test" / "test_dlpack.py"], mode=mode,
+                                   cwd=d / "test", pythonpath=[deps])
+    check_clean(cp, report, plugin, min_passed=100, min_tensors=100, mode=mode)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_jax_interoperability(tmp_path, mode):
+    """JAX's DLPack interoperability tests against NumPy and torch, CPU
+    only (the GPU, TensorFlow and CuPy cases skip)."""
+    py = venv_python()
+    d = upstream_files(us.JAX, py, tmp_path)
+    absl = pip_target(py, ABSL, "absl-cp311")
+    env = {"JAX_PLATFORMS": "cpu"}
+    if mode == "run":
+        env.update(JAX_ENABLE_X64="1", JAX_NUM_GENERATED_CASES="1000")
+    files = [d / p for p in us.JAX.paths]
+    cp, report, plugin = run_suite(tmp_path, py, files, mode=mode, cwd=d / "tests",
+                                   pythonpath=[absl], env=env)
+    c = check_clean(cp, report, plugin, min_passed=60, min_tensors=100, mode=mode)
+    if mode == "run":
+        assert c["passed"] >= 1000, f"x64 and every generated case: {c}\n{cp.describe}"
+
+
+WRAPPER = "tvm_ffi.core:DLTensorTestWrapper"
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_tvm_ffi_dlpack(tmp_path, mode):
+    """tvm-ffi's DLPack tests: the DLPack exchange API (a C++ consumer
+    against torch's), containers converted through DLPack, the optional
+    torch_c_dlpack addon (built and loaded in subprocesses), and
+    tvm_ffi.Tensor <-> torch/NumPy.
+
+    One true finding, with the plugin only: tvm_ffi.core.DLTensorTestWrapper
+    (a wrapper tvm-ffi ships in its core module "only for testing purpose",
+    python/tvm_ffi/cython/tensor.pxi) offers a DLPackExchangeAPI table whose
+    managed_tensor_allocator is NULL, where the DLPack 1.3 header says
+    "This function must not be NULL" (R50): a consumer that allocates its
+    output like its input (the exchange API's use of the allocator) would
+    call NULL. capsan.start() follows the table of every loaded type, so the
+    plugin reports it once, before the first test (outside_tests), as a
+    dlpack-bad-exchange-table warning. `capsan run` alone judges a table
+    when a consumer reads it, and nothing in these files reads that one."""
+    py = venv_python()
+    d = upstream_files(us.TVM_FFI, py, tmp_path) / "tests" / "python"
+    files = [d / Path(p).name for p in us.TVM_FFI.paths]
+    tables = tmp_path / "tables.json"
+    env = {"CAPSAN_XAPI_TYPES": WRAPPER, "CAPSAN_XAPI_OUT": str(tables)}
+    extra = ["-p", "xapi_tables"] if mode == "plugin" else []
+    cp, report, plugin = run_suite(tmp_path, py, [*files, *extra], mode=mode, cwd=d,
+                                   pythonpath=[SCENARIOS], env=env)
+    true = []
+    if mode == "plugin" and report is not None:
+        addr = json.loads(tables.read_text())[WRAPPER] if tables.exists() else None
+        assert addr, "DLTensorTestWrapper has no exchange table?\n" + cp.describe
+        true = [f for p in report["processes"] for f in p["findings"]
+                if f["kind"] == "dlpack-bad-exchange-table" and f["severity"] == "warning"
+                and f["object"]["address"] == addr
+                and "NULL managed_tensor_allocator" in f["message"]]
+        assert len(true) == 1, "the wrapper's NULL allocator, once\n" + cp.describe
+        assert [f["kind"] for f in plugin["outside_tests"]] == ["dlpack-bad-exchange-table"], (
+            cp.describe)
+        plugin["outside_tests"] = []
+    check_clean(cp, report, plugin, min_passed=25, min_tensors=20, mode=mode, true=true)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_pyarrow_test_dlpack(tmp_path, mode):
+    """pyarrow's test_dlpack.py as the wheel ships it: Arrow arrays and
+    tensors exported to NumPy through DLPack, versioned and 0.x, every
+    numeric type, slices, empty arrays, and the unsupported cases raising."""
+    py = pyarrow_python()
+    cp = subprocess.run([str(py), "-c", "import pyarrow, os; print(os.path.dirname(pyarrow.__file__))"],
+                        capture_output=True, text=True, timeout=120, env=base_env())
+    assert cp.returncode == 0, cp.stderr
+    test = Path(cp.stdout.strip()) / "tests" / "test_dlpack.py"
+    assert test.exists(), f"the pyarrow wheel has no {test}"
+    cp, report, plugin = run_suite(tmp_path, py, [test], mode=mode, cwd=tmp_path)
+    check_clean(cp, report, plugin, min_passed=140, min_tensors=100, mode=mode)
