@@ -425,7 +425,8 @@ void capsan_stop(void)
     cs_xapi_restore();
 }
 
-void *capsan_xapi_follow(void *table) { return cs_recording ? cs_xapi_table(table, 1) : table; }
+/* a table a loaded type carries: followed, judged at its first use */
+void *capsan_xapi_follow(void *table) { return cs_recording ? cs_xapi_table(table, 0) : table; }
 void *capsan_xapi_original(const void *table, int entry) { return cs_xapi_original(table, entry); }
 
 int capsan_start(void) { return start(0); }

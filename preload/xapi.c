@@ -182,6 +182,24 @@ static xtab *adopt_locked(xtable *t, int depth)
     return x;
 }
 
+/* A table is judged when someone reads it (PyCapsule_GetPointer) or
+ * first calls through it: one nobody uses (tvm-ffi's test wrapper's) harms
+ * nobody. Findings go out with no lock of ours held. */
+static void judge(const xtab *x)
+{
+    for (const xtab *y = x; y; y = y->shadow.prev_api ? find(y->shadow.prev_api) : NULL)
+        if (!atomic_exchange(&((xtab *)y)->judged, 1))
+            validate(y);
+}
+
+/* the first call through table k (a consumer that read it before capsan
+ * started, and was followed by capsan_xapi_follow) */
+static inline void used(unsigned k)
+{
+    if (__builtin_expect(!atomic_load_explicit(&tabs[k].judged, memory_order_relaxed), 0))
+        judge(&tabs[k]);
+}
+
 void *cs_xapi_table(void *table, int reading)
 {
     if (!table || is_stub(table))
@@ -192,11 +210,8 @@ void *cs_xapi_table(void *table, int reading)
         x = adopt_locked(table, 0);
         cs_spin_unlock(&tabs_mu);
     }
-    /* judged when someone reads it (a table nobody uses, tvm-ffi's test
-     * wrapper's, harms nobody); findings go out with no lock of ours held */
-    for (const xtab *y = x; reading && y; y = y->shadow.prev_api ? find(y->shadow.prev_api) : NULL)
-        if (!atomic_exchange(&((xtab *)y)->judged, 1))
-            validate(y);
+    if (reading)
+        judge(x);
     if (!x || !x->followed)
         return table;
     return x->in_place || (void *)&x->shadow == table ? table : (void *)&x->shadow;
@@ -279,6 +294,7 @@ static void born(void *mt, uint16_t how, uint8_t flags, int entry, const void *s
 
 int cs_xbody_from_py(void *obj, void **out, void *u2, void *u3, unsigned k)
 {
+    used(k);
     (void)u2, (void)u3;
     int (*fn)(void *, void **) = tabs[k].saved.from_py;
     if (!recording())
@@ -309,6 +325,7 @@ static void counting_set_error(void *ctx, const char *kind, const char *msg)
 
 int cs_xbody_alloc(void *proto, void **out, void *ctx, set_error_fn se, unsigned k)
 {
+    used(k);
     int (*fn)(void *, void **, void *, set_error_fn) = tabs[k].saved.alloc;
     if (!recording())
         return fn(proto, out, ctx, se);
@@ -354,6 +371,7 @@ static int state_of(uint64_t key)
 
 int cs_xbody_to_py(void *mt, void **out, void *u2, void *u3, unsigned k)
 {
+    used(k);
     (void)u2, (void)u3;
     int (*fn)(void *, void **) = tabs[k].saved.to_py;
     if (!recording() || !mt)
@@ -417,6 +435,7 @@ int cs_xbody_to_py(void *mt, void **out, void *u2, void *u3, unsigned k)
 
 int cs_xbody_stream(int device_type, int32_t device_id, void **out, void *u3, unsigned k)
 {
+    used(k);
     (void)u3;
     int (*fn)(int, int32_t, void **) = tabs[k].saved.stream;
     if (!recording())
@@ -492,6 +511,7 @@ static xview *views_sweep(uint32_t me, int gil)
 
 int cs_xbody_view(void *obj, void *out, void *u2, void *u3, unsigned k)
 {
+    used(k);
     (void)u2, (void)u3;
     int (*fn)(void *, void *) = tabs[k].saved.view;
     if (!recording())

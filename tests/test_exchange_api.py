@@ -239,6 +239,33 @@ def test_late_import_sees_cached_table(tmp_path, py311):
     assert "restored 64.0" in cp.stdout, cp.stdout
 
 
+LATE_TABLE = '''
+import sys, torch, xkernel, xproducer
+assert xkernel.total(xproducer.HeapBlob(4)) == 6.0  # read and cached before capsan starts
+import capsan
+with capsan.trace(check=False) as tr:
+    if sys.argv[1] == "use":
+        assert xkernel.total(xproducer.HeapBlob(4)) == 6.0
+every = capsan.findings()  # the whole session's, the start's included
+print("found", sorted({f.kind for f in tr.findings}), len(tr.findings), len(every))
+'''
+
+
+@pytest.mark.parametrize("use", [True, False])
+def test_late_import_judges_a_table_at_its_first_use(tmp_path, py311, use):
+    """A bad table that a consumer read before `import capsan` is followed
+    from the loaded type at start, and judged (R50) at the first call
+    through it then, not at start: a table nobody calls (as tvm-ffi's test
+    wrapper's) is not reported."""
+    script = tmp_path / "late_table.py"
+    script.write_text(LATE_TABLE)
+    cp = run_plain(script, interpreter=py311, args=["use" if use else "idle"],
+                   env={"PYTHONPATH": f"{BUILD / 'python'}:{fixdir_for(py311)}"})
+    assert cp.returncode == 0, cp.stderr[-3000:]
+    want = "found ['dlpack-bad-exchange-table'] 2 2" if use else "found [] 0 0"
+    assert want in cp.stdout, cp.stdout + cp.stderr[-3000:]
+
+
 def test_suppression_covers_exchange_tensors(tmp_path, py311):
     supp = tmp_path / "supp.txt"
     supp.write_text("leak:total_leaky\nleak:xkernel.so\n")

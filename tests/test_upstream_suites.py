@@ -231,16 +231,15 @@ def test_tvm_ffi_dlpack(tmp_path, mode):
     torch_c_dlpack addon (built and loaded in subprocesses), and
     tvm_ffi.Tensor <-> torch/NumPy.
 
-    One true finding, with the plugin only: tvm_ffi.core.DLTensorTestWrapper
-    (a wrapper tvm-ffi ships in its core module "only for testing purpose",
-    python/tvm_ffi/cython/tensor.pxi) offers a DLPackExchangeAPI table whose
-    managed_tensor_allocator is NULL, where the DLPack 1.3 header says
-    "This function must not be NULL" (R50): a consumer that allocates its
-    output like its input (the exchange API's use of the allocator) would
-    call NULL. capsan.start() follows the table of every loaded type, so the
-    plugin reports it once, before the first test (outside_tests), as a
-    dlpack-bad-exchange-table warning. `capsan run` alone judges a table
-    when a consumer reads it, and nothing in these files reads that one."""
+    No finding, in either mode. tvm_ffi.core.DLTensorTestWrapper (a
+    wrapper tvm-ffi ships in its core module "only for testing purpose",
+    python/tvm_ffi/cython/tensor.pxi) offers a DLPackExchangeAPI table
+    whose managed_tensor_allocator is NULL, where the DLPack 1.3 header
+    says "This function must not be NULL" (R50). capsan judges a table
+    when a consumer reads its capsule or first calls through it, and
+    nothing here uses that one: capsan.start() follows the tables of the
+    loaded types (the plugin's mode) without judging them. The table is
+    looked up at the session's end (-p xapi_tables) to show it is there."""
     py = venv_python()
     d = upstream_files(us.TVM_FFI, py, tmp_path) / "tests" / "python"
     files = [d / Path(p).name for p in us.TVM_FFI.paths]
@@ -249,19 +248,10 @@ def test_tvm_ffi_dlpack(tmp_path, mode):
     extra = ["-p", "xapi_tables"] if mode == "plugin" else []
     cp, report, plugin = run_suite(tmp_path, py, [*files, *extra], mode=mode, cwd=d,
                                    pythonpath=[SCENARIOS], env=env)
-    true = []
     if mode == "plugin" and report is not None:
         addr = json.loads(tables.read_text())[WRAPPER] if tables.exists() else None
         assert addr, "DLTensorTestWrapper has no exchange table?\n" + cp.describe
-        true = [f for p in report["processes"] for f in p["findings"]
-                if f["kind"] == "dlpack-bad-exchange-table" and f["severity"] == "warning"
-                and f["object"]["address"] == addr
-                and "NULL managed_tensor_allocator" in f["message"]]
-        assert len(true) == 1, "the wrapper's NULL allocator, once\n" + cp.describe
-        assert [f["kind"] for f in plugin["outside_tests"]] == ["dlpack-bad-exchange-table"], (
-            cp.describe)
-        plugin["outside_tests"] = []
-    check_clean(cp, report, plugin, min_passed=25, min_tensors=20, mode=mode, true=true)
+    check_clean(cp, report, plugin, min_passed=25, min_tensors=20, mode=mode)
 
 
 @pytest.mark.parametrize("mode", MODES)
