@@ -34,7 +34,10 @@ run (its default mode: the allocator calls with Python stacks; not
 from a pinned memray in a private venv for the same interpreter
 (~/.cache/capsan/bench-venv/TAG, made once, which sees the stack's numpy
 and torch). On Debian's /usr/bin/python3 (numpy 1.24, torch 1.13) and the
-cp311 venv (numpy 2, torch 2.13; W3 needs its apache-tvm-ffi). Quick:
+cp311 venv (numpy 2, torch 2.13; W3 needs its apache-tvm-ffi); W4
+(bench/arrow_exchange.py: W4s a pyarrow reader's batches scanned by duckdb,
+W4r polars -> pyarrow -> polars round trips) on the Arrow venv's cp311
+(make arrow-venvs), stacks on, no memray. Quick:
 memray's default mode on W1 only (the one target memray is in), and W3
 without stacks off (its target is for stacks on).
 
@@ -84,7 +87,13 @@ WORKLOADS = {
            "2 exchanges", 2, 10000),
     "W3": ("xapi_calls.py", "tvm-ffi calls taking and returning a torch tensor, "
            "one iteration = 1 call", 1, 20000),
+    # the Arrow stack's (make arrow-venvs), on its own interpreter
+    "W4s": ("arrow_exchange.py stream", "a pyarrow reader scanned by duckdb through "
+            "its stream capsule, one iteration = 1 batch", 1, 5000),
+    "W4r": ("arrow_exchange.py roundtrip", "polars -> pyarrow -> polars through stream "
+            "capsules, one iteration = 1 round trip", 1, 2000),
 }
+ARROW_ONLY = ("W4s", "W4r")
 # name, kind, CAPSAN_OPTIONS or memray flags
 CONFIGS = [
     ("plain", "plain", None),
@@ -101,13 +110,15 @@ TARGETS = [
     ("W1 stacks off <= 1.12x plain", "W1", "capsan, stacks off", "plain", 1.12),
     ("W2 stacks off <= 1.12x plain", "W2", "capsan, stacks off", "plain", 1.12),
     ("W3 stacks on <= 1.30x plain", "W3", "capsan, stacks on", "plain", 1.30),
+    ("W4 stream stacks on <= 1.10x plain", "W4s", "capsan, stacks on", "plain", 1.10),
+    ("W4 round trip stacks on <= 1.10x plain", "W4r", "capsan, stacks on", "plain", 1.10),
 ]
 
 
-def venv_python(tag):
-    """The current-stack venv's python that `make venvs` listed, or None."""
+def venv_python(tag, listing="venvs.txt"):
+    """The venv's python that `make venvs` (or `make arrow-venvs`) listed, or None."""
     try:
-        with open(os.path.join(ROOT, "build", "venvs.txt")) as f:
+        with open(os.path.join(ROOT, "build", listing)) as f:
             for line in f:
                 parts = line.split(None, 1)
                 if len(parts) == 2 and parts[0] == tag:
@@ -125,7 +136,8 @@ d = {"base": sys.base_prefix, "prefix": sys.prefix,
      "site": sorted({sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}),
      "minor": "%d.%d" % sys.version_info[:2]}
 import importlib.metadata as md, importlib.util as iu
-for m, dist in (("numpy", "numpy"), ("torch", "torch"), ("tvm_ffi", "apache-tvm-ffi")):
+for m, dist in (("numpy", "numpy"), ("torch", "torch"), ("tvm_ffi", "apache-tvm-ffi"),
+                ("pyarrow", "pyarrow"), ("polars", "polars"), ("duckdb", "duckdb")):
     d[m] = None
     if iu.find_spec(m) is not None:
         try:  # the version without the import (torch takes seconds)
@@ -221,13 +233,13 @@ def one_run(job):
     env = dict(os.environ, BENCH_CG_MARK=MARK_SO, PYTHONHASHSEED="0")
     for k in ("LD_PRELOAD", "CAPSAN_OPTIONS", "PYTHONTRACEMALLOC"):
         env.pop(k, None)
-    argv = [py, script, str(iters * job["per_iter"])]
+    argv = [py, script, *job["args"], str(iters * job["per_iter"])]
     if kind == "capsan":
         env["LD_PRELOAD"] = LIB
         env["CAPSAN_OPTIONS"] = f"log_path={d}/t:exitcode=0" + (":" + opt if opt else "")
     elif kind == "memray":
         argv = [mpy, "-m", "memray", "run", "-q", "-f", "-o", os.path.join(d, "memray.bin"),
-                *opt, script, str(iters * job["per_iter"])]
+                *opt, script, *job["args"], str(iters * job["per_iter"])]
     cmd = ["valgrind", "--tool=callgrind", "--instr-atstart=no", "--trace-children=no",
            "--dump-instr=no", f"--callgrind-out-file={out}", *argv]
     t0 = time.perf_counter()
@@ -375,6 +387,11 @@ def main():
         stacks.append(("cp311", cur))
     else:
         print("  cp311: skipped, no cp311 venv (make venvs)")
+    arrow = venv_python("cp311", "arrowvenvs.txt")
+    if arrow:
+        stacks.append(("arrow", arrow))
+    else:
+        print("  W4: skipped, no Arrow venv (make arrow-venvs)")
     tmp = tempfile.mkdtemp(prefix="capsan-bench-cg-")
     jobs, notes, infos = [], [], {}
     try:
@@ -394,7 +411,11 @@ def main():
             for w, (script, _, per_iter, _) in WORKLOADS.items():
                 if ONLY_WORKLOADS and w not in ONLY_WORKLOADS:
                     continue
-                if w != "W1" and info["torch"] is None:
+                if (w in ARROW_ONLY) != (sname == "arrow"):
+                    continue  # the Arrow stack runs W4 only, and only it does
+                if w in ARROW_ONLY:
+                    pass
+                elif w != "W1" and info["torch"] is None:
                     notes.append(f"{sname} {w}: skipped, no torch in {py}")
                     continue
                 if w == "W3" and info["tvm_ffi"] is None:
@@ -402,15 +423,16 @@ def main():
                                  f"the cp311 venv of make venvs has it)")
                     continue
                 for cname, kind, opt in CONFIGS:
-                    if kind == "memray" and (mpy is None or w == "W3" or
+                    if kind == "memray" and (mpy is None or w == "W3" or w in ARROW_ONLY or
                                              (quick and (w != "W1" or opt))):
                         continue
-                    if quick and w == "W3" and opt:
-                        continue  # W3's target is for stacks on
+                    if quick and (w == "W3" or w in ARROW_ONLY) and opt:
+                        continue  # W3's and W4's targets are for stacks on
                     for n in ((iters[w], 0) if zero else (iters[w],)):
                         jobs.append(dict(stack=sname, workload=w, config=cname, kind=kind,
                                          opt=opt, py=py, mpy=mpy, per_iter=per_iter,
-                                         script=os.path.join(BENCH, script), iters=n,
+                                         script=os.path.join(BENCH, script.split()[0]),
+                                         args=script.split()[1:], iters=n,
                                          dir=os.path.join(tmp, f"{sname}-{w}-{len(jobs)}")))
         # the torch workloads first: their start-up is the long part
         jobs.sort(key=lambda j: j["workload"] == "W1")
@@ -431,8 +453,10 @@ def main():
                     notes.append(f"{sname} {w}: {rows[0][1].get('skip', 'skipped')}")
                     continue
                 versions = f"numpy {info['numpy']}" + (
-                    f", torch {info['torch']}" if w != "W1" else "") + (
-                    f", tvm_ffi {info['tvm_ffi']}" if w == "W3" else "")
+                    f", torch {info['torch']}" if w not in ("W1", *ARROW_ONLY) else "") + (
+                    f", tvm_ffi {info['tvm_ffi']}" if w == "W3" else "") + (
+                    f", pyarrow {info['pyarrow']}, polars {info['polars']}, duckdb "
+                    f"{info['duckdb']}" if w in ARROW_ONLY else "")
                 print(f"{w} {what}; {sname}: {versions}")
                 for c, jn, j0 in rows:
                     per[(sname, w, c)] = ((jn["total"] - j0["total"]) / n if j0
@@ -468,10 +492,10 @@ def main():
                 cells.append(f"{sname} {r:.2f}x")
                 worst = r if worst is None else max(worst, r)
             if worst is None:
-                print(f"  {label:32s} not measured")
+                print(f"  {label:38s} not measured")
                 continue
             ok = worst < limit if against != "plain" else worst <= limit
-            print(f"  {label:32s} {'   '.join(cells):30s} {'met' if ok else 'NOT met'}")
+            print(f"  {label:38s} {'   '.join(cells):30s} {'met' if ok else 'NOT met'}")
         if profile:
             print("Where capsan's instructions go (stacks on; the loop's counts / N, by function "
                   "of libcapsan.so):")
