@@ -479,13 +479,14 @@ static int hook_cv_set(PyObject_ *var, PyObject_ *value)
  * function numpy's ndarray type names as tp_dealloc (subclasses defined in
  * Python reach it through subtype_dealloc), its bounds from its unwind
  * info (libunwind, which stack.c loaded), and in its code the calls that
- * go through the object's GOT slot for free() (patched to hook_free).
+ * go through the object's GOT slot for free() (patched to hook_np_free).
  * Only the call site itself counts: frees that array_dealloc's callees
  * reach by tail calls (the dimensions' PyMem_RawFree) share its return
  * addresses otherwise. */
 #define TP_DEALLOC_OFFSET 48 /* offsetof(PyTypeObject, tp_dealloc): every 64-bit CPython 3 */
 
 static void hook_free(void *p);
+static void hook_np_free(void *p);
 
 static int dealloc_bounds(uintptr_t fn, uintptr_t *lo, uintptr_t *hi)
 {
@@ -554,7 +555,8 @@ static int in_segs(const segs *s, uintptr_t a, size_t len, int exec)
 static int free_slot(const segs *s, uintptr_t slot)
 {
     return in_segs(s, slot, sizeof(uintptr_t), 0) &&
-           *(const uintptr_t *)slot == (uintptr_t)hook_free;
+           (*(const uintptr_t *)slot == (uintptr_t)hook_np_free ||
+            *(const uintptr_t *)slot == (uintptr_t)hook_free);
 }
 
 /* A PLT stub at t that jumps through a free() slot: [endbr64] [bnd] jmp *disp(%rip) */
@@ -684,7 +686,9 @@ static void note_ctx_free(uintptr_t p)
     cs_spin_unlock(&hmu);
 }
 
-static void hook_free(void *p)
+/* Every free() of every patched object: the checks that concern any
+ * block, a few loads each. */
+static inline __attribute__((always_inline)) int free_checks(void *p)
 {
     uintptr_t a = (uintptr_t)p;
     cs_frees++;
@@ -694,16 +698,30 @@ static void hook_free(void *p)
      * default) is not stale because another ctx shares NULL's filter bit */
     if ((atomic_load_explicit(&ctx_bits[b >> 6], memory_order_relaxed) & (1ull << (b & 63))) && a)
         note_ctx_free(a);
+    /* a released managed struct: its free waits (quarantine.c) */
+    return cs_qr_take(p, CS_FREED_LIBC);
+}
+
+static void hook_free(void *p)
+{
+    if (!free_checks(p))
+        free(p);
+}
+
+/* numpy's own free() calls: array_dealloc's sites free an array's data
+ * when no handler does (a foreign block given OWNDATA); the other objects'
+ * frees never come from there */
+static void hook_np_free(void *p)
+{
     if (__builtin_expect(is_free_site((uintptr_t)__builtin_return_address(0)), 0) && p &&
         cs_recording) {
         cs_event w, ev = {.kind = CS_EV_NP_FOREIGN_FREE, .obj = (uint64_t)(uintptr_t)p};
-        if (cs_npwrap_find(a, &w)) /* the line that made an array around it */
+        if (cs_npwrap_find((uintptr_t)p, &w)) /* the line that made an array around it */
             cs_emit(&w, 0, NULL, NULL);
         cs_emit(&ev, 1, NULL, NULL); /* reported before a bad free can abort */
     }
-    if (cs_qr_take(p, CS_FREED_LIBC))
-        return; /* a released managed struct: its free waits (quarantine.c) */
-    free(p);
+    if (!free_checks(p))
+        free(p);
 }
 
 #define NUMPY_MODULE "_multiarray_umath"
@@ -715,6 +733,7 @@ const cs_hook cs_numpy_hooks[] = {
     {"PyTraceMalloc_Untrack", (void *)hook_untrack, NULL},
     {"PyContextVar_New", (void *)hook_cv_new, NULL},
     {"PyContextVar_Set", (void *)hook_cv_set, NULL},
+    {"free", (void *)hook_np_free, NUMPY_MODULE},
     {"free", (void *)hook_free, NULL},
 };
 const int cs_numpy_nhooks = sizeof cs_numpy_hooks / sizeof cs_numpy_hooks[0];
