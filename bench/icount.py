@@ -404,7 +404,7 @@ def main():
                 continue
             infos[sname] = info
             mpy = None
-            if memray_on:
+            if memray_on and sname != "arrow":  # W4 runs without memray
                 mpy, why = memray_python(sname.lower(), py, info)
                 if mpy is None:
                     notes.append(f"{sname}: memray skipped ({why})")

@@ -29,7 +29,6 @@ __thread void *cs_qr_mt __attribute__((tls_model("initial-exec")));
 static __thread int qr_versioned __attribute__((tls_model("initial-exec")));
 
 #define QR_CAP 4096      /* quarantine_count's upper bound */
-#define QR_REACH 4096    /* how far into its block a struct may lie */
 #define QR_EVICT 8       /* real frees per quarantined block, at most */
 
 typedef struct qent {
@@ -85,7 +84,7 @@ static size_t holds_struct(uintptr_t a, uintptr_t m, unsigned how, int versioned
     size_t span = struct_span(versioned);
     if (how != CS_FREED_LIBC)
         return a == m ? span : 0; /* a PyMem block's size is unknown: only the struct itself */
-    if (a > m || m - a > QR_REACH)
+    if (a > m || m - a > CS_QR_REACH)
         return 0;
     size_t sz = malloc_usable_size((void *)a);
     return m + span <= a + sz ? sz : 0;
@@ -95,7 +94,7 @@ int cs_qr_take_slow(void *p, unsigned how)
 {
     uintptr_t a = (uintptr_t)p, m = (uintptr_t)cs_qr_mt;
     /* most frees inside a deleter are of other blocks: two compares */
-    if (!p || a > m || m - a > QR_REACH || closed)
+    if (!p || a > m || m - a > CS_QR_REACH || closed)
         return 0;
     int versioned = qr_versioned;
     size_t bytes = holds_struct(a, m, how, versioned);

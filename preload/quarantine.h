@@ -14,18 +14,25 @@
 #define CAPSAN_QUARANTINE_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 /* the struct whose deleter runs on this thread through the trampoline
  * (NULL: none) */
 extern __thread void *cs_qr_mt __attribute__((tls_model("initial-exec")));
 
+/* how far into its block a struct may lie */
+#define CS_QR_REACH 4096
+
 int cs_qr_take_slow(void *p, unsigned how);
 /* The program frees p by `how` (CS_FREED_LIBC or CS_FREED_PYMEM): 1 if
  * the block was quarantined (the caller must not free it), 0 to free it
- * now. One TLS load outside deleters. */
+ * now. One TLS load outside deleters; inside one, a block that starts
+ * above the struct or more than CS_QR_REACH below it (most of what a
+ * deleter frees) costs a compare more, and no call. */
 static inline int cs_qr_take(void *p, unsigned how)
 {
-    if (__builtin_expect(cs_qr_mt != NULL, 0))
+    uintptr_t m = (uintptr_t)cs_qr_mt;
+    if (__builtin_expect(m != 0, 0) && m - (uintptr_t)p <= CS_QR_REACH)
         return cs_qr_take_slow(p, how);
     return 0;
 }
