@@ -19,6 +19,7 @@
 #include "capsan.h"
 #include "capsule.h"
 #include "dataguard.h"
+#include "pyalloc.h"
 #include "deleter.h"
 #include "got.h"
 #include "livestate.h"
@@ -214,7 +215,7 @@ static const cs_hook process_hooks[] = {
     {"dlsym", (void *)hook_dlsym, "_ctypes"},
 };
 
-static cs_hook all_hooks[48];
+static cs_hook all_hooks[64];
 
 /* ---- fork ---- */
 
@@ -395,6 +396,9 @@ static int start(int preload)
     if (cs_dg_hooks_ready())
         for (int i = 0; i < cs_dg_nhooks; i++)
             all_hooks[n++] = cs_dg_hooks[i];
+    if (cs_pyalloc_ready())
+        for (int i = 0; i < cs_pyalloc_nhooks; i++)
+            all_hooks[n++] = cs_pyalloc_hooks[i];
     for (size_t i = 0; i < sizeof process_hooks / sizeof process_hooks[0]; i++)
         if (preload || strcmp(process_hooks[i].name, "__libc_start_main") != 0)
             all_hooks[n++] = process_hooks[i];

@@ -30,6 +30,28 @@ def test_deleter_uses_python_without_gil(tmp_path):
     assert kinds(res.report) == {"dlpack-deleter-no-gil"}, summarize(res.report)
 
 
+def test_deleter_frees_with_pyobject_free_without_gil(tmp_path):
+    """A deleter that frees its struct with PyObject_Free (a producer that
+    keeps small structs in Python's object allocator), run by torch without
+    the GIL: the allocator call is the Python use (issue 20, class 1)."""
+    res = run_capsan(S, tmp_path, args=["deleter-objfree"])
+    assert res.returncode == 23, res.describe()
+    got = findings(res.report, "dlpack-deleter-no-gil")
+    assert len(got) == 1, summarize(res.report)
+    assert_finding_at(res, "dlpack-deleter-no-gil", S, "torch-objfrees", event="call",
+                      innermost=False)
+    frames = [fr for e in got[0]["events"] for fr in e["stack"] if not fr.get("python")]
+    assert any("objfree_deleter" in (fr.get("function") or "") for fr in frames), got[0]
+    assert kinds(res.report) == {"dlpack-deleter-no-gil"}, summarize(res.report)
+
+
+def test_deleter_frees_with_pyobject_free_with_the_gil_is_clean(tmp_path):
+    """The same deleter taking the GIL first: nothing to report."""
+    res = run_capsan(S, tmp_path, args=["deleter-objfree-gil"])
+    assert res.returncode == 0 and "done" in res.stdout, res.describe()
+    assert kinds(res.report) == set(), summarize(res.report)
+
+
 def check_numpy_handler_without_gil(tmp_path, py=STATIC_PY):
     """numpy's own fromfile(sep=) reads the handler capsule and calls the
     handler's realloc with the GIL released (1.24 and 2.x): warnings at the

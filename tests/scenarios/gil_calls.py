@@ -17,4 +17,12 @@ elif what == "deleter":
     import torch
     t = torch.from_dlpack(nogil.export_bad_deleter())  # <-- export
     del t  # <-- torch-frees
+elif what == "deleter-objfree":
+    import torch
+    t = torch.from_dlpack(nogil.export_objfree_deleter(False))  # <-- objfree-export
+    del t  # <-- torch-objfrees
+elif what == "deleter-objfree-gil":
+    import torch
+    t = torch.from_dlpack(nogil.export_objfree_deleter(True))
+    del t
 print("done")
