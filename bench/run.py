@@ -274,19 +274,6 @@ def numpy_alloc():
           f"{tm1 / 2:.2f}x, aiming at 1.50x: {cs:.2f}x, {verdict}")
 
 
-def venv_python(tag):
-    """The current-stack venv's python that `make venvs` listed, or None."""
-    try:
-        with open(os.path.join(ROOT, "build", "venvs.txt")) as f:
-            for line in f:
-                parts = line.split(None, 1)
-                if len(parts) == 2 and parts[0] == tag:
-                    return parts[1].strip()
-    except OSError:
-        pass
-    return None
-
-
 def stack_versions(py):
     out = subprocess.run([py, "-c", "import numpy, torch; print(numpy.__version__, "
                           "torch.__version__)"], stdout=subprocess.PIPE, text=True)
@@ -304,7 +291,7 @@ def roundtrips():
     BENCH_ONLY=w2 runs only this."""
     n = os.environ.get("BENCH_EXCHANGES", "200000")
     stacks = [("Debian", PY)]
-    cur = venv_python("cp311")
+    cur = icount.venv_python("cp311")
     if cur:
         stacks.append(("cp311", cur))
     else:
@@ -335,7 +322,7 @@ def xapi_calls():
     DLPack 1.3's exchange API, no capsules. Target (issue 21): stacks on
     <= 1.3x plain. BENCH_ONLY=w3 runs only this."""
     n = os.environ.get("BENCH_XAPI_CALLS", "200000")
-    py = venv_python("cp311")
+    py = icount.venv_python("cp311")
     if not py:
         print("W3 tvm-ffi calls: skipped, no cp311 venv (make venvs)")
         return
@@ -361,25 +348,12 @@ def xapi_calls():
 W4_TARGET = ("capsan, native+python stacks", 1.1)
 
 
-def arrow_python(tag):
-    """The Arrow venv's python (make arrow-venvs, build/arrowvenvs.txt), or None."""
-    try:
-        with open(os.path.join(ROOT, "build", "arrowvenvs.txt")) as f:
-            for line in f:
-                t, _, py = line.strip().partition(" ")
-                if t == tag:
-                    return py
-    except OSError:
-        pass
-    return None
-
-
 def arrow_exchange():
     """W4 (bench/arrow_exchange.py) on the Arrow cp311 venv: a pyarrow reader
     of 20,000 small batches scanned by duckdb, and 100,000 polars <-> pyarrow
     round trips through stream capsules. Target (issue 19): stacks on <=
     1.1x plain, each. BENCH_ONLY=w4 runs only this."""
-    py = arrow_python("cp311")
+    py = icount.venv_python("cp311", "arrowvenvs.txt")
     if not py:
         print("W4 Arrow exchanges: skipped, no Arrow cp311 venv (make arrow-venvs)")
         return
@@ -473,7 +447,7 @@ def longrun():
     it. BENCH_ONLY=longrun runs only this."""
     n = int(os.environ.get("BENCH_LONGRUN_EVENTS", "50000000"))
     stacks = [("Debian", PY)]
-    cur = venv_python("cp311")
+    cur = icount.venv_python("cp311")
     if cur:
         stacks.append(("cp311", cur))
     tmp = tempfile.mkdtemp(prefix="capsan-bench-long-")

@@ -167,6 +167,11 @@ void ot_unlock(cs_lifecycle *lc, stripe *st);
 /* fn on every live (created or consumed), unreported object of namespace
  * ns, its stripe locked */
 void ot_each_live(cs_lifecycle *lc, int ns, void (*fn)(cs_lifecycle *, obj *, void *), void *ud);
+/* The keys of namespace ns's consumed objects that keep(o, since_ns)
+ * accepts, sorted, in *out (malloc'd; the caller frees it): a scope's
+ * leak candidates (verdicts.c) */
+size_t ot_owned_since(cs_lifecycle *lc, int ns, int (*keep)(const obj *o, uint64_t since_ns),
+                      uint64_t since_ns, uint64_t **out);
 /* Room for one more element of size elem in *v (n used of *cap); 0 when
  * out of memory. */
 int ot_room_for_one(void *v, size_t n, size_t *cap, size_t elem);

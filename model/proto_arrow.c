@@ -152,35 +152,14 @@ const cs_protocol cs_proto_arrow = {
 
 /* ---- a scope's end (API mode) ---- */
 
-typedef struct moved_list {
-    uint64_t since_ns;
-    uint64_t *v;
-    size_t n, cap;
-} moved_list;
-
-static void moved_since(cs_lifecycle *lc, obj *o, void *ud)
+static int moved_since(const obj *o, uint64_t since_ns)
 {
-    (void)lc;
-    moved_list *l = ud;
-    if (o->state == CS_ST_CONSUMED && o->nhist && o->hist[0].time_ns >= l->since_ns &&
-        ot_room_for_one(&l->v, l->n, &l->cap, sizeof *l->v))
-        l->v[l->n++] = o->key;
-}
-
-static int cmp_key(const void *a, const void *b)
-{
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return (x > y) - (x < y);
+    return o->nhist && o->hist[0].time_ns >= since_ns;
 }
 
 size_t cs_lc_arrow_moved_since(cs_lifecycle *lc, uint64_t since_ns, uint64_t **out)
 {
-    moved_list l = {since_ns, NULL, 0, 0};
-    ot_each_live(lc, CS_NS_ARROW, moved_since, &l);
-    if (l.n)
-        qsort(l.v, l.n, sizeof *l.v, cmp_key);
-    *out = l.v;
-    return l.n;
+    return ot_owned_since(lc, CS_NS_ARROW, moved_since, since_ns, out);
 }
 
 int cs_lc_report_arrow_leak(cs_lifecycle *lc, uint64_t key)

@@ -344,27 +344,39 @@ static uint64_t consumed_at(const obj *o)
 
 typedef struct since_list {
     uint64_t since_ns;
+    int (*keep)(const obj *o, uint64_t since_ns);
     uint64_t *v;
     size_t n, cap;
 } since_list;
 
-static void consumed_since(cs_lifecycle *lc, obj *o, void *ud)
+static void keep_since(cs_lifecycle *lc, obj *o, void *ud)
 {
     (void)lc;
     since_list *l = ud;
-    if (o->state == CS_ST_CONSUMED && !(o->flags & (OF_NULL_DELETER | OF_VIEW)) &&
-        consumed_at(o) >= l->since_ns && ot_room_for_one(&l->v, l->n, &l->cap, sizeof *l->v))
+    if (o->state == CS_ST_CONSUMED && l->keep(o, l->since_ns) &&
+        ot_room_for_one(&l->v, l->n, &l->cap, sizeof *l->v))
         l->v[l->n++] = o->key;
 }
 
-size_t cs_lc_consumed_since(cs_lifecycle *lc, uint64_t since_ns, uint64_t **out)
+size_t ot_owned_since(cs_lifecycle *lc, int ns, int (*keep)(const obj *o, uint64_t since_ns),
+                      uint64_t since_ns, uint64_t **out)
 {
-    since_list l = {since_ns, NULL, 0, 0};
-    ot_each_live(lc, CS_NS_DLPACK, consumed_since, &l);
+    since_list l = {since_ns, keep, NULL, 0, 0};
+    ot_each_live(lc, ns, keep_since, &l);
     if (l.n)
         qsort(l.v, l.n, sizeof *l.v, cmp_u64_key);
     *out = l.v;
     return l.n;
+}
+
+static int consumed_since(const obj *o, uint64_t since_ns)
+{
+    return !(o->flags & (OF_NULL_DELETER | OF_VIEW)) && consumed_at(o) >= since_ns;
+}
+
+size_t cs_lc_consumed_since(cs_lifecycle *lc, uint64_t since_ns, uint64_t **out)
+{
+    return ot_owned_since(lc, CS_NS_DLPACK, consumed_since, since_ns, out);
 }
 
 int cs_lc_report_dlpack_leak(cs_lifecycle *lc, uint64_t key)

@@ -84,8 +84,6 @@ static size_t holds_struct(uintptr_t a, uintptr_t m, unsigned how, int versioned
     size_t span = struct_span(versioned);
     if (how != CS_FREED_LIBC)
         return a == m ? span : 0; /* a PyMem block's size is unknown: only the struct itself */
-    if (a > m || m - a > CS_QR_REACH)
-        return 0;
     size_t sz = malloc_usable_size((void *)a);
     return m + span <= a + sz ? sz : 0;
 }
@@ -93,8 +91,8 @@ static size_t holds_struct(uintptr_t a, uintptr_t m, unsigned how, int versioned
 int cs_qr_take_slow(void *p, unsigned how)
 {
     uintptr_t a = (uintptr_t)p, m = (uintptr_t)cs_qr_mt;
-    /* most frees inside a deleter are of other blocks: two compares */
-    if (!p || a > m || m - a > CS_QR_REACH || closed)
+    /* cs_qr_take asked: p lies at most CS_QR_REACH below the struct */
+    if (closed)
         return 0;
     int versioned = qr_versioned;
     size_t bytes = holds_struct(a, m, how, versioned);

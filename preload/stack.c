@@ -335,15 +335,15 @@ typedef struct centry {
 #define RMAXF 24
 _Static_assert(RMAXF <= 32, "rentry.own has a bit a frame");
 #define RMEMO 8
+#define WALK_MAX (128 + 16) /* frames an unwind may fill: native_depth's 128 and capsan's */
 typedef struct rentry {
     uintptr_t ret0;      /* the first return address outside capsan; 0 = empty */
     uint16_t n;          /* frames after it: up to the eval loop with the GIL,
                           * else as many as native_depth asks */
     uint8_t gil;         /* which of the two */
-    uint8_t pure;        /* every ip is foreign code's, none has CS_FRAME_PY:
-                          * the frames are the ips as they are */
     uint32_t own;        /* bit i: ip[i] is capsan's (a stub, a trampoline),
-                          * left out of the stack */
+                          * left out of the stack; 0: the frames are the ips
+                          * as they are (user-space addresses: CS_FRAME_PY clear) */
     uint32_t off[RMAXF]; /* slot of frame i, in words above ret0's slot */
     uintptr_t ip[RMAXF];
     /* the stack id this chain gave last, and the Python frames it had:
@@ -719,14 +719,13 @@ static rentry *chain_hit(cs_stack_cache *c, const uintptr_t *slot0, int gil)
 /* Miss: walk with the cursor API up to the eval loop, noting where each
  * return address is stored, and remember the chain. Fills ips like
  * unw_backtrace; returns how many, or -1 if this walk cannot be used. */
-static int chain_walk(cs_stack_cache *c, const uintptr_t *slot0, void **ips, int max, int gil,
-                      int nd)
+static int chain_walk(cs_stack_cache *c, const uintptr_t *slot0, void **ips, int gil, int nd)
 {
     unw_context_t uc;
     unw_cursor_t cur;
     if (unw_ctx_get(&uc) < 0 || unw_cur_init(&cur, &uc) < 0)
         return -1;
-    uintptr_t sps[128 + 16];
+    uintptr_t sps[WALK_MAX];
     int n = 0, first = -1, cut = -1;
     do {
         unw_word_t ip = 0, sp = 0;
@@ -746,7 +745,7 @@ static int chain_walk(cs_stack_cache *c, const uintptr_t *slot0, void **ips, int
          * deeper than a capture's) for the frames a stack keeps */
         if (first >= 0 && n - 1 - first >= nd + 4)
             break;
-    } while (n < max && unw_cur_step(&cur) > 0);
+    } while (n < WALK_MAX && unw_cur_step(&cur) > 0);
     if (!gil || cut < 0)
         cut = n - 1; /* no eval loop cut (or none within max): the chain is all that was walked */
     /* a stack keeps nd native frames: the chain needs the frames up to
@@ -757,19 +756,15 @@ static int chain_walk(cs_stack_cache *c, const uintptr_t *slot0, void **ips, int
         if ((uintptr_t)ips[i] < self_lo || (uintptr_t)ips[i] >= self_hi)
             kept++;
     if (first >= 0 && len > 0 && len <= RMAXF) {
-        rentry e = {.ret0 = *slot0, .n = (uint16_t)len, .gil = (uint8_t)gil, .pure = 1};
+        rentry e = {.ret0 = *slot0, .n = (uint16_t)len, .gil = (uint8_t)gil};
         for (int i = first + 1; i <= first + len; i++) {
             const uintptr_t *at = (const uintptr_t *)(sps[i] - sizeof(uintptr_t));
             if (at <= slot0 || *at != (uintptr_t)ips[i])
                 return n; /* not a plain call chain (signal frame): not cached */
             e.off[i - first - 1] = (uint32_t)(at - slot0);
             e.ip[i - first - 1] = (uintptr_t)ips[i];
-            if ((uintptr_t)ips[i] >= self_lo && (uintptr_t)ips[i] < self_hi) {
-                e.pure = 0;
+            if ((uintptr_t)ips[i] >= self_lo && (uintptr_t)ips[i] < self_hi)
                 e.own |= 1u << (i - first - 1);
-            }
-            if ((uint64_t)(uintptr_t)ips[i] & CS_FRAME_PY)
-                e.pure = 0;
         }
         unsigned set = (unsigned)((e.ret0 >> 4) % RSETS);
         c->chain_mru[set] = c->chain_victim[set];
@@ -798,8 +793,8 @@ static void learn_if_repeated(cs_stack_cache *c, const uintptr_t *slot0, void *c
     if (*m & 1)
         return; /* learnt once already: it did not stay (or cannot be kept) */
     *m = h | 1;
-    void *scratch[128 + 16];
-    chain_walk(c, slot0, scratch, (int)(sizeof scratch / sizeof scratch[0]), gil, nd);
+    void *scratch[WALK_MAX];
+    chain_walk(c, slot0, scratch, gil, nd);
 }
 
 /* a few words: inline, where memcmp's call costs more than the compare */
@@ -855,29 +850,29 @@ uint32_t cs_stack_capture(cs_thread *t, int gil, int python_only, unsigned site)
     if (hit) {
         /* the same chain as a walk saw before, proven slot by slot */
         vals[n++] = *slot0 & ~CS_FRAME_PY;
-        if (hit->pure) {
+        if (!hit->own) {
             uint32_t k = hit->n < (uint32_t)nd - 1 ? hit->n : (uint32_t)nd - 1;
             memcpy(vals + n, hit->ip, k * sizeof vals[0]);
             n += (int)k;
         } else {
             for (uint32_t i = 0; i < hit->n && n < nd; i++)
                 if (!(hit->own >> i & 1))
-                    vals[n++] = hit->ip[i] & ~CS_FRAME_PY;
+                    vals[n++] = hit->ip[i];
         }
     } else if (nd > 0 && unw_bt) {
-        void *ips[128 + 16];
+        void *ips[WALK_MAX];
         /* capsan's own frames (capture, emit, the hook and what lies
          * between) sit on top: as many as the frame pointers said, else
          * the usual three */
         int self = first ? levels + 1 : 3;
         int full = nd + self, cut = -1;
-        if (full > 128 + 16)
-            full = 128 + 16;
+        if (full > WALK_MAX)
+            full = WALK_MAX;
         uint8_t *hint = &t->cache->eval_depth[site & 31];
         int got = -1, walked = 0;
         if (slot0 && t->cache->learn_credit >= LEARN_COST) {
             t->cache->learn_credit -= LEARN_COST;
-            got = chain_walk(t->cache, slot0, ips, (int)(sizeof ips / sizeof ips[0]), gil, nd);
+            got = chain_walk(t->cache, slot0, ips, gil, nd);
             walked = 1;
         }
         int want = full;

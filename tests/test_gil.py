@@ -1,6 +1,8 @@
 """Calls without the GIL (issue 5): capsule API calls from a thread that
 released the GIL, and a deleter that uses Python when torch calls it
 without the GIL. Both fixtures really do it (tests/fixtures/nogil.c)."""
+import pytest
+
 from conftest import (SCENARIOS, STATIC_PY, assert_finding_at, findings, kinds, run_capsan,
                       summarize)
 
@@ -16,32 +18,24 @@ def test_capsule_call_without_gil(tmp_path):
     assert "WARNING: capsan: capsule-no-gil" in res.stderr
 
 
-def test_deleter_uses_python_without_gil(tmp_path):
-    res = run_capsan(S, tmp_path, args=["deleter"])
+@pytest.mark.parametrize("mode, line, deleter", [
+    # a capsule call from the deleter
+    ("deleter", "torch-frees", "bad_deleter"),
+    # the struct freed with PyObject_Free (a producer that keeps small
+    # structs in Python's object allocator): the allocator call is the
+    # Python use (issue 20, class 1)
+    ("deleter-objfree", "torch-objfrees", "objfree_deleter"),
+])
+def test_deleter_uses_python_without_gil(tmp_path, mode, line, deleter):
+    res = run_capsan(S, tmp_path, args=[mode])
     assert res.returncode == 23, res.describe()
     got = findings(res.report, "dlpack-deleter-no-gil")
     assert len(got) == 1, summarize(res.report)
     # the thread's Python frames are read without the GIL too (torch runs
     # the deleter from `del t`); the native frame names the deleter
-    assert_finding_at(res, "dlpack-deleter-no-gil", S, "torch-frees", event="call",
-                      innermost=False)
+    assert_finding_at(res, "dlpack-deleter-no-gil", S, line, event="call", innermost=False)
     frames = [fr for e in got[0]["events"] for fr in e["stack"] if not fr.get("python")]
-    assert any("bad_deleter" in (fr.get("function") or "") for fr in frames), got[0]
-    assert kinds(res.report) == {"dlpack-deleter-no-gil"}, summarize(res.report)
-
-
-def test_deleter_frees_with_pyobject_free_without_gil(tmp_path):
-    """A deleter that frees its struct with PyObject_Free (a producer that
-    keeps small structs in Python's object allocator), run by torch without
-    the GIL: the allocator call is the Python use (issue 20, class 1)."""
-    res = run_capsan(S, tmp_path, args=["deleter-objfree"])
-    assert res.returncode == 23, res.describe()
-    got = findings(res.report, "dlpack-deleter-no-gil")
-    assert len(got) == 1, summarize(res.report)
-    assert_finding_at(res, "dlpack-deleter-no-gil", S, "torch-objfrees", event="call",
-                      innermost=False)
-    frames = [fr for e in got[0]["events"] for fr in e["stack"] if not fr.get("python")]
-    assert any("objfree_deleter" in (fr.get("function") or "") for fr in frames), got[0]
+    assert any(deleter in (fr.get("function") or "") for fr in frames), got[0]
     assert kinds(res.report) == {"dlpack-deleter-no-gil"}, summarize(res.report)
 
 
