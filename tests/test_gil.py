@@ -3,8 +3,8 @@ released the GIL, and a deleter that uses Python when torch calls it
 without the GIL. Both fixtures really do it (tests/fixtures/nogil.c)."""
 import pytest
 
-from conftest import (SCENARIOS, STATIC_PY, assert_finding_at, findings, kinds, run_capsan,
-                      summarize)
+from conftest import (SCENARIOS, STATIC_PY, assert_finding_at, current_python, findings, kinds,
+                      run_capsan, summarize)
 
 S = SCENARIOS / "gil_calls.py"
 
@@ -26,8 +26,12 @@ def test_capsule_call_without_gil(tmp_path):
     # Python use (issue 20, class 1)
     ("deleter-objfree", "torch-objfrees", "objfree_deleter"),
 ])
-def test_deleter_uses_python_without_gil(tmp_path, mode, line, deleter):
-    res = run_capsan(S, tmp_path, args=[mode])
+@pytest.mark.parametrize("stack", ["debian", "cp311"])
+def test_deleter_uses_python_without_gil(tmp_path, mode, line, deleter, stack):
+    """On Debian's torch 1.13 and the venv's torch 2.13: both run a foreign
+    deleter without the GIL."""
+    py = STATIC_PY if stack == "debian" else current_python("cp311")
+    res = run_capsan(S, tmp_path, args=[mode], interpreter=py)
     assert res.returncode == 23, res.describe()
     got = findings(res.report, "dlpack-deleter-no-gil")
     assert len(got) == 1, summarize(res.report)
@@ -39,9 +43,11 @@ def test_deleter_uses_python_without_gil(tmp_path, mode, line, deleter):
     assert kinds(res.report) == {"dlpack-deleter-no-gil"}, summarize(res.report)
 
 
-def test_deleter_frees_with_pyobject_free_with_the_gil_is_clean(tmp_path):
+@pytest.mark.parametrize("stack", ["debian", "cp311"])
+def test_deleter_frees_with_pyobject_free_with_the_gil_is_clean(tmp_path, stack):
     """The same deleter taking the GIL first: nothing to report."""
-    res = run_capsan(S, tmp_path, args=["deleter-objfree-gil"])
+    py = STATIC_PY if stack == "debian" else current_python("cp311")
+    res = run_capsan(S, tmp_path, args=["deleter-objfree-gil"], interpreter=py)
     assert res.returncode == 0 and "done" in res.stdout, res.describe()
     assert kinds(res.report) == set(), summarize(res.report)
 
