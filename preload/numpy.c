@@ -187,20 +187,38 @@ static uint32_t allocator_fp(const np_handler *h)
     return (uint32_t)(x >> 32) | 1;
 }
 
-/* the last handler an alloc went through on this thread, and its value */
+/* the last handler an alloc went through on this thread, its allocator's
+ * words as they were then (a loop allocates through the same one: five
+ * compares, no hash) and their value */
 static __thread const np_handler *fp_h __attribute__((tls_model("initial-exec")));
+static __thread uint64_t fp_words[5] __attribute__((tls_model("initial-exec")));
 static __thread uint32_t fp_last __attribute__((tls_model("initial-exec")));
 
 /* An alloc through h, which numpy just read: its allocator's value. A
  * handler re-pointed in place now allocates through its new ctx: watch
  * that ctx's free() from now on (note_ctx_free). */
+static inline int fp_known(const np_handler *h)
+{
+    _Static_assert(sizeof h->allocator == sizeof fp_words, "ctx and four functions");
+    const uint64_t *w = (const uint64_t *)&h->allocator;
+    return h == fp_h && !((w[0] ^ fp_words[0]) | (w[1] ^ fp_words[1]) | (w[2] ^ fp_words[2]) |
+                          (w[3] ^ fp_words[3]) | (w[4] ^ fp_words[4]));
+}
+
+/* h's allocator value for a free: the last alloc's while unchanged */
+static inline uint32_t free_fp(const np_handler *h)
+{
+    return __builtin_expect(fp_known(h), 1) ? fp_last : allocator_fp(h);
+}
+
 static uint32_t alloc_state(const np_handler *h)
 {
+    if (__builtin_expect(fp_known(h), 1))
+        return fp_last;
     uint32_t fp = allocator_fp(h);
-    if (__builtin_expect(h == fp_h && fp == fp_last, 1))
-        return fp;
     fp_h = h;
     fp_last = fp;
+    memcpy(fp_words, &h->allocator, sizeof fp_words);
     cs_spin_lock(&hmu);
     known *k = known_of(h);
     if (k && !k->gone && !k->freed &&
@@ -380,7 +398,7 @@ static inline __attribute__((always_inline)) int untrack(unsigned int domain, ui
             uint8_t g = h ? (uint8_t)cs_check_gil(site, CS_NOGIL_HANDLER) : 0;
             uint32_t why = staleness(h);
             /* a struct gone or freed is not read */
-            uint32_t fp = h && why != CS_STALE_UNLOADED && why != CS_STALE_CHANGED ? allocator_fp(h) : 0;
+            uint32_t fp = h && why != CS_STALE_UNLOADED && why != CS_STALE_CHANGED ? free_fp(h) : 0;
             cs_event ev = {.kind = CS_EV_NP_FREE, .obj = ptr, .flags = g, .a = fp,
                            .b = (uint64_t)(uintptr_t)cap, .c = (uint64_t)(uintptr_t)h,
                            .extra = why};

@@ -123,7 +123,8 @@ unsigned cs_emit(cs_event *ev, int want_stack, cs_event *origin, int *found)
     /* a NumPy block made by an import is module data; the frames the stack
      * did not record (all of them with Python stacks off) may show one.
      * The flag matters for NumPy blocks only: no other event walks them */
-    if (t->importing || (want_stack && ev->kind == CS_EV_NP_ALLOC && cs_stack_importing(t, gil)))
+    if (t->importing || (want_stack && ev->kind == CS_EV_NP_ALLOC &&
+                         (!t->py_walked || t->py_rest) && cs_stack_importing(t, gil)))
         ev->flags |= CS_EVF_IMPORT;
     cs_lc_lock(cs_lc, ev->obj);
     ev->time_ns = cs_now_ns();

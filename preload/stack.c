@@ -333,19 +333,21 @@ typedef struct centry {
 #define LEARN_COST 1024
 #define LEARN_MAX (4 * LEARN_COST)
 #define RMAXF 24
-_Static_assert(RMAXF <= 32, "rentry.own has a bit a frame");
 #define RMEMO 8
+#define PYMEMO 8
 #define WALK_MAX (128 + 16) /* frames an unwind may fill: native_depth's 128 and capsan's */
 typedef struct rentry {
     uintptr_t ret0;      /* the first return address outside capsan; 0 = empty */
     uint16_t n;          /* frames after it: up to the eval loop with the GIL,
                           * else as many as native_depth asks */
     uint8_t gil;         /* which of the two */
-    uint32_t own;        /* bit i: ip[i] is capsan's (a stub, a trampoline),
-                          * left out of the stack; 0: the frames are the ips
-                          * as they are (user-space addresses: CS_FRAME_PY clear) */
     uint32_t off[RMAXF]; /* slot of frame i, in words above ret0's slot */
     uintptr_t ip[RMAXF];
+    /* the frames a stack shows, in order: ip[] without capsan's own (a
+     * stub, a trampoline), so a hit copies them in one go (user-space
+     * addresses: CS_FRAME_PY clear) */
+    uint16_t nf;
+    uintptr_t fip[RMAXF];
     /* the stack id this chain gave last, and the Python frames it had:
      * a loop repeats both, and then needs no hashing at all */
     uint32_t memo_id;
@@ -373,6 +375,9 @@ typedef struct cs_stack_cache {
     uint8_t victim[CSETS];
     struct { const void *code; int lasti; int line; uint32_t code_id; } lines[LSETS];
     uint8_t eval_depth[32]; /* per site: raw frames up to the eval loop, learned */
+    /* a Python-only stack's id by its frames (a NumPy free, a capture
+     * without native frames): what the chain memo is for native chains */
+    struct { uint32_t id; uint8_t n, importing; uint64_t v[RMEMO]; } pymemo[PYMEMO];
 } cs_stack_cache;
 
 void cs_stack_cache_free(cs_stack_cache *c) { free(c); }
@@ -763,8 +768,8 @@ static int chain_walk(cs_stack_cache *c, const uintptr_t *slot0, void **ips, int
                 return n; /* not a plain call chain (signal frame): not cached */
             e.off[i - first - 1] = (uint32_t)(at - slot0);
             e.ip[i - first - 1] = (uintptr_t)ips[i];
-            if ((uintptr_t)ips[i] >= self_lo && (uintptr_t)ips[i] < self_hi)
-                e.own |= 1u << (i - first - 1);
+            if ((uintptr_t)ips[i] < self_lo || (uintptr_t)ips[i] >= self_hi)
+                e.fip[e.nf++] = (uintptr_t)ips[i];
         }
         unsigned set = (unsigned)((e.ret0 >> 4) % RSETS);
         c->chain_mru[set] = c->chain_victim[set];
@@ -850,15 +855,9 @@ uint32_t cs_stack_capture(cs_thread *t, int gil, int python_only, unsigned site)
     if (hit) {
         /* the same chain as a walk saw before, proven slot by slot */
         vals[n++] = *slot0 & ~CS_FRAME_PY;
-        if (!hit->own) {
-            uint32_t k = hit->n < (uint32_t)nd - 1 ? hit->n : (uint32_t)nd - 1;
-            memcpy(vals + n, hit->ip, k * sizeof vals[0]);
-            n += (int)k;
-        } else {
-            for (uint32_t i = 0; i < hit->n && n < nd; i++)
-                if (!(hit->own >> i & 1))
-                    vals[n++] = hit->ip[i];
-        }
+        uint32_t k = hit->nf < (uint32_t)nd - 1 ? hit->nf : (uint32_t)nd - 1;
+        memcpy(vals + n, hit->fip, k * sizeof vals[0]);
+        n += (int)k;
     } else if (nd > 0 && unw_bt) {
         void *ips[WALK_MAX];
         /* capsan's own frames (capture, emit, the hook and what lies
@@ -917,12 +916,26 @@ uint32_t cs_stack_capture(cs_thread *t, int gil, int python_only, unsigned site)
         t->importing = hit->memo_importing;
         return hit->memo_id;
     }
+    __typeof__(&t->cache->pymemo[0]) pm = NULL;
+    if (!nnat && npy <= RMEMO) {
+        pm = &t->cache->pymemo[(vals[0] ^ vals[0] >> 29 ^ (uint64_t)npy) % PYMEMO];
+        if (pm->id && pm->n == npy && same_words(pm->v, vals, npy)) {
+            cs_stack_ensure(pm->id);
+            t->importing = pm->importing;
+            return pm->id;
+        }
+    }
     uint32_t id = stack_id(t, vals, n, importing);
     if (hit && npy <= RMEMO && id) {
         hit->memo_id = id;
         hit->memo_npy = (uint8_t)npy;
         hit->memo_importing = (uint8_t)t->importing;
         memcpy(hit->memo_py, vals + nnat, (size_t)npy * sizeof vals[0]);
+    } else if (pm && id) {
+        pm->id = id;
+        pm->n = (uint8_t)npy;
+        pm->importing = (uint8_t)t->importing;
+        memcpy(pm->v, vals, (size_t)npy * sizeof vals[0]);
     }
     return id;
 }
