@@ -148,11 +148,31 @@ def _from_host(up: Upstream, tried: list) -> dict | None:
     return out
 
 
+def _source_line(up: Upstream) -> str:
+    return f"{up.repo} {up.tag} {up.commit}\n"
+
+
+def _cached(up: Upstream, dest: Path) -> bool:
+    """A cached folder is used only as what it says it is: its SOURCE names
+    the pinned commit, and each pinned blob still matches (a file put there
+    by hand, or from another commit, is obtained again)."""
+    try:
+        if (dest / "SOURCE").read_text() != _source_line(up):
+            return False
+        for p in up.paths:
+            data = (dest / p).read_bytes()
+            if up.blobs.get(p) and blob_id(data) != up.blobs[p]:
+                return False
+    except OSError:
+        return False
+    return True
+
+
 def obtain(up: Upstream, pip_python) -> Path:
     """The folder holding up.paths (under their repo-relative names) at the
     pinned release; raises Unavailable saying what was tried."""
     dest = CACHE / f"{up.name}-{up.version}"
-    if all((dest / p).is_file() for p in up.paths) and (dest / "SOURCE").is_file():
+    if _cached(up, dest):
         return dest
     tried = []
     files = None
@@ -172,7 +192,7 @@ def obtain(up: Upstream, pip_python) -> Path:
     for p, data in files.items():
         (tmp / p).parent.mkdir(parents=True, exist_ok=True)
         (tmp / p).write_bytes(data)
-    (tmp / "SOURCE").write_text(f"{up.repo} {up.tag} {up.commit}\n")
+    (tmp / "SOURCE").write_text(_source_line(up))
     if dest.exists():
         subprocess.run(["rm", "-rf", str(dest)], check=True)
     tmp.rename(dest)
