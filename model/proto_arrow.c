@@ -129,6 +129,12 @@ static unsigned on_destroy(cs_lifecycle *lc, stripe *st, obj *o, const cs_event 
 static unsigned on_check(cs_lifecycle *lc, stripe *st, obj *o, const cs_event *ev, judge *j)
 {
     obj tmp = {.key = ev->obj, .ns = CS_NS_ARROW};
+    if (ev->aux == CS_ARK_BAD_NAME) {
+        /* a capsule, not a record: nothing follows it (the runtime says it
+         * once per name and call site) */
+        ot_report(lc, j, CS_KIND_ARROW_BAD_NAME, &tmp, ev, ev->extra, 0);
+        return 0;
+    }
     int kind = ev->aux == CS_ARK_RENAMED ? CS_KIND_ARROW_RENAMED : CS_KIND_ARROW_BAD_STRUCT;
     ot_report(lc, j, kind, o ? o : &tmp, ev, ev->aux, ev->b);
     if (o)

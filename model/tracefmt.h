@@ -276,7 +276,12 @@ enum cs_ar_check {
     CS_ARK_NULL_CALLBACK = 3, /* a stream without get_schema/get_next/get_last_error: b=CS_ARC_* */
     CS_ARK_DEVICE = 4,      /* device_array: unknown device_type, or a CPU one with a sync
                              * event (R48): b=device_type */
+    CS_ARK_BAD_NAME = 5,    /* PyCapsule_New under a near miss of an Arrow name (R40):
+                             * obj=the capsule (no record: it is not followed), a, b, c =
+                             * the name's first 24 bytes (NUL-padded), extra=the struct it
+                             * resembles (cs_ar_type) | CS_ARK_NAME_USED */
 };
+#define CS_ARK_NAME_USED 0x10u /* CS_ARK_BAD_NAME: with a used_ prefix */
 /* the namespace an event's object is in: NumPy's kinds are 16..23 */
 #define CS_EV_IS_NUMPY(kind) ((kind) >= CS_EV_NP_ALLOC && (kind) < 24)
 /* CS_EV_ERR_STATE aux: what became of the error indicator (R5) */

@@ -7,9 +7,11 @@
 #include <string.h>
 
 #include "capsan.h"
+#include "names.h"
 #include "options.h"
 #include "probe.h"
 #include "runtime.h"
+#include "seenset.h"
 #include "spin.h"
 #include "thread.h"
 
@@ -550,6 +552,32 @@ void cs_ar_renamed(PyObject_ *cap)
     ar_rec *r = ctab_get(cap, 0);
     if (r)
         check_failed(r, cap, CS_ARK_RENAMED, 0, 0);
+}
+
+/* R40's near misses, said once per (name, call site): a producer exporting
+ * under one makes it at every export */
+static uintptr_t bad_names_seen[256];
+static cs_spin bad_names_mu = CS_SPIN_INIT;
+
+void cs_ar_bad_name(PyObject_ *cap, const char *name, void *ret, uint8_t gil_flags)
+{
+    int near = arrow_near_miss(name); /* names.h said so: a short, readable, NUL-ended name */
+    if (!near)
+        return;
+    uint64_t h = 0xcbf29ce484222325ull, w[3] = {0};
+    size_t len = strlen(name);
+    for (size_t i = 0; i < len; i++)
+        h = (h ^ (unsigned char)name[i]) * 0x100000001b3ull;
+    h ^= (uint64_t)(uintptr_t)ret * 0x9e3779b97f4a7c15ull;
+    if (!cs_seen_first(bad_names_seen, sizeof bad_names_seen / sizeof bad_names_seen[0],
+                       &bad_names_mu, (uintptr_t)(h | 1)))
+        return;
+    memcpy(w, name, len < sizeof w ? len : sizeof w);
+    cs_event ev = {.kind = CS_EV_AR_CHECK, .obj = (uint64_t)(uintptr_t)cap, .a = w[0], .b = w[1],
+                   .c = w[2], .aux = CS_ARK_BAD_NAME,
+                   .extra = (uint32_t)((near & 15) | (near & AR_NEAR_USED ? CS_ARK_NAME_USED : 0)),
+                   .flags = gil_flags};
+    cs_emit(&ev, 1, NULL, NULL);
 }
 
 /* ---- for capsan.describe() ---- */

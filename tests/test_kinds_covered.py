@@ -65,6 +65,7 @@ COVERED = {
     "arrow-renamed": ["test_arrow_findings.py::test_renamed"],
     "arrow-bad-struct": ["test_arrow_findings.py::test_bad_struct_handed_out_empty",
                          "test_arrow_findings.py::test_bad_struct_device_type"],
+    "arrow-bad-name": ["test_arrow_findings.py::test_bad_name_near_miss"],
 }
 
 

@@ -54,4 +54,15 @@ elif case == "empty":
     fx.consume_array(Frame(bug="empty"), "borrow")  # <-- empty
 elif case == "bad-device":
     fx.consume_device_array(fx.export_device_array(10, "no_device_type"))  # <-- bad-device
+elif case == "bad-name":
+    # a library written against the interface's first draft: every consumer
+    # asking for the exact names fails; said once per name and call site
+    for _ in range(3):
+        try:
+            fx.consume_array(Frame(bug="draft_names"))  # <-- bad-name
+        except ValueError:
+            pass
+elif case == "bad-name-twin":
+    for _ in range(3):
+        assert fx.consume_array(Frame()) == 45
 print("done")
