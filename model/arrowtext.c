@@ -64,6 +64,16 @@ const char *cs_ar_event_phrase(const cs_finding *f, int i)
             return "read again, already released (release == NULL), at";
         return earlier ? "read by another consumer at" : "read by a consumer at";
     case CS_EV_AR_RELEASE:
+        if (ev->aux & CS_ARR_CHILD) {
+            if (ev->aux & CS_ARR_AGAIN)
+                return (ev->flags & CS_EVF_SKIPPED)
+                           ? "a child's release called again, skipped (protect=1), at"
+                           : "a child's release called again at";
+            return (ev->aux & CS_ARR_KIDS_LEFT) ? "a child released, leaving its own children, at"
+                                                : "a child released at";
+        }
+        if (ev->aux & CS_ARR_KIDS_LEFT)
+            return "released, leaving a child or its dictionary unreleased, at";
         if (ev->flags & CS_EVF_SKIPPED)
             return "release called again, skipped (protect=1), at";
         if (ev->aux & CS_ARR_AGAIN)
@@ -155,6 +165,17 @@ const char *cs_ar_message(const cs_finding *f, char *buf, size_t n)
             snprintf(buf, n, "%s %#llx (%s) was never released: its capsule was still alive at "
                      "exit", t, p, origin_words(f));
             break;
+        case CS_LEAK_CHILD: {
+            char which[48];
+            if ((uint32_t)f->value == 0xffffffffu)
+                snprintf(which, sizeof which, "its dictionary");
+            else
+                snprintf(which, sizeof which, "child %llu", (unsigned long long)(uint32_t)f->value);
+            snprintf(buf, n, "%s of %s %#llx (%s) was never released: the producer's release "
+                     "returned without releasing it (R44: release must release every child and "
+                     "the dictionary not moved out)", which, t, p, origin_words(f));
+            break;
+        }
         case CS_LEAK_KILLED:
             snprintf(buf, n, "%s %#llx was not released when the process was killed (no leak "
                      "verdict)", t, p);
@@ -165,14 +186,15 @@ const char *cs_ar_message(const cs_finding *f, char *buf, size_t n)
         }
         break;
     case CS_KIND_ARROW_DOUBLE_RELEASE:
-        snprintf(buf, n, "release of %s %#llx called a second time (R42): a consumer kept a "
+        snprintf(buf, n, "release of %s%s %#llx called a second time (R42): a consumer kept a "
                  "copy that was not a move, or released the source after moving it; the "
-                 "producer's release now frees its private data again", t, p);
+                 "producer's release now frees its private data again",
+                 f->detail == CS_ARR_CHILD ? "a child of " : "", t, p);
         break;
     case CS_KIND_ARROW_RELEASE_NOT_CLEARED:
-        snprintf(buf, n, "the producer's release of %s %#llx returned without setting release "
+        snprintf(buf, n, "the producer's release of %s%s %#llx returned without setting release "
                  "= NULL (R44): a consumer that checks release before releasing will release it "
-                 "twice (arrow-nanoarrow #203)", t, p);
+                 "twice (arrow-nanoarrow #203)", f->detail == CS_ARR_CHILD ? "a child of " : "", t, p);
         break;
     case CS_KIND_ARROW_RECONSUME: {
         int released = 0;

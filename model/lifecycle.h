@@ -220,6 +220,9 @@ enum cs_leak_detail {
     CS_LEAK_SHUTDOWN = 5,   /* never consumed; its deleter ran during interpreter
                              * shutdown and released nothing */
     CS_LEAK_KILLED = 6,     /* not released when the process was killed: a warning */
+    CS_LEAK_CHILD = 7,      /* Arrow, arrow_deep=1: a child or dictionary its parent's
+                             * release left alone (value: its index, 0xffffffff the
+                             * dictionary) */
 };
 /* cs_finding.detail for live-at-exit */
 enum cs_live_detail { CS_LIVE_QUICK_EXIT = 0, CS_LIVE_KILLED = 1 };

@@ -61,11 +61,36 @@ static unsigned on_borrow(cs_lifecycle *lc, stripe *st, obj *o, const cs_event *
     return 0;
 }
 
+/* R42, R44, arrow_deep=1: a child's or dictionary's release that went
+ * wrong, about the struct it belongs to (o, which may be released by now:
+ * a child moved out is released after its parent) */
+static unsigned on_child_release(cs_lifecycle *lc, stripe *st, obj *o, const cs_event *ev,
+                                 judge *j)
+{
+    obj tmp = {.key = ev->obj, .ns = CS_NS_ARROW};
+    obj *about = o ? o : &tmp;
+    unsigned v = 0;
+    if (ev->aux & CS_ARR_AGAIN) {
+        ot_report(lc, j, CS_KIND_ARROW_DOUBLE_RELEASE, about, ev, CS_ARR_CHILD, 0);
+        v = CS_VERDICT_SKIP;
+    } else {
+        if (ev->aux & CS_ARR_NOT_CLEARED)
+            ot_report(lc, j, CS_KIND_ARROW_RELEASE_NOT_CLEARED, about, ev, CS_ARR_CHILD, 0);
+        if (ev->aux & CS_ARR_KIDS_LEFT)
+            ot_report(lc, j, CS_KIND_ARROW_LEAK, about, ev, CS_LEAK_CHILD, ev->extra);
+    }
+    if (o && o->state != CS_ST_RELEASED)
+        ot_hist_add(st, o, ev, j);
+    return v;
+}
+
 /* R42, R44: one release, which clears itself. The runtime says AGAIN
  * before a second one runs (its record is the authority: a released
  * object's tombstone may be forgotten here). */
 static unsigned on_release(cs_lifecycle *lc, stripe *st, obj *o, const cs_event *ev, judge *j)
 {
+    if (ev->aux & CS_ARR_CHILD)
+        return on_child_release(lc, st, o, ev, j);
     if ((ev->aux & CS_ARR_AGAIN) || (o && o->state == CS_ST_RELEASED)) {
         obj tmp = {.key = ev->obj, .ns = CS_NS_ARROW};
         ot_report(lc, j, CS_KIND_ARROW_DOUBLE_RELEASE, o ? o : &tmp, ev, 0, 0);
@@ -78,6 +103,8 @@ static unsigned on_release(cs_lifecycle *lc, stripe *st, obj *o, const cs_event 
     ot_hist_add(st, o, ev, j);
     if (ev->aux & CS_ARR_NOT_CLEARED)
         ot_report(lc, j, CS_KIND_ARROW_RELEASE_NOT_CLEARED, o, NULL, 0, 0);
+    if (ev->aux & CS_ARR_KIDS_LEFT) /* R44: a child it left alone leaks */
+        ot_report(lc, j, CS_KIND_ARROW_LEAK, o, NULL, CS_LEAK_CHILD, ev->extra);
     retire(st, o);
     return 0;
 }

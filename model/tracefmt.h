@@ -256,6 +256,12 @@ enum cs_ar_type { CS_AR_SCHEMA = 1, CS_AR_ARRAY = 2, CS_AR_STREAM = 3, CS_AR_DEV
 #define CS_ARR_NOT_CLEARED 2u   /* the producer's release returned with release != NULL */
 #define CS_ARR_IN_DTOR 4u       /* run by its capsule's destructor */
 #define CS_ARR_MOVED 8u         /* run on another struct than the one exported: a moved copy */
+#define CS_ARR_CHILD 0x10u      /* arrow_deep=1: the release of a child or dictionary of obj
+                                 * (a=its struct), written only when something went wrong */
+#define CS_ARR_KIDS_LEFT 0x20u  /* arrow_deep=1: children or a dictionary this release was to
+                                 * release (still wrapped where they were, not moved out) were
+                                 * not: b=how many, extra=the first one's index (-1: the
+                                 * dictionary), c=its struct (R44) */
 /* CS_EV_AR_CALL aux: the callback (low byte) and what was wrong */
 enum cs_ar_call { CS_ARC_GET_SCHEMA = 1, CS_ARC_GET_NEXT = 2, CS_ARC_GET_LAST_ERROR = 3 };
 #define CS_ARC_RELEASED 0x100u  /* on a released stream (R45) */

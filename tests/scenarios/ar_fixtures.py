@@ -19,6 +19,16 @@ class Frame:
         return fx.export_stream(3, self.n, self.bug)  # <-- export-stream
 
 
+class Batch:
+    """A record batch of `ncols` columns, as a struct array."""
+
+    def __init__(self, ncols=3, n=10, bug=""):
+        self.ncols, self.n, self.bug = ncols, n, bug
+
+    def __arrow_c_array__(self, requested_schema=None):
+        return fx.export_batch(self.ncols, self.n, self.bug)  # <-- export-batch
+
+
 case = sys.argv[1]
 if case == "clean":
     assert fx.consume_array(Frame()) == 45
@@ -65,4 +75,12 @@ elif case == "bad-name":
 elif case == "bad-name-twin":
     for _ in range(3):
         assert fx.consume_array(Frame()) == 45
+elif case == "child-leak":
+    assert fx.consume_array(Batch(3, bug="off_by_one")) == 135  # <-- child-leak
+elif case == "child-leak-twin":
+    assert fx.consume_array(Batch(3)) == 135
+    assert fx.consume_array(Batch(3), "move_column") == 45  # column 0 moved out first
+    assert fx.consume_array(Batch(2), "borrow") == 90
+    caps = Batch(4).__arrow_c_array__()
+    del caps  # never consumed: its destructor releases it
 print("done")
