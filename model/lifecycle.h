@@ -193,6 +193,7 @@ size_t cs_lc_consumed_in(cs_lifecycle *lc, uint64_t lo, uint64_t hi, uint64_t *o
 typedef struct cs_lc_totals {
     int64_t dlpack, dlpack_bytes, numpy, numpy_bytes;
     int64_t born_dlpack, born_numpy; /* every tensor and block made so far */
+    int64_t born_arrow;              /* every Arrow struct exported (stream chunks included) */
 } cs_lc_totals;
 void cs_lc_totals_get(cs_lifecycle *lc, cs_lc_totals *out);
 

@@ -20,7 +20,8 @@
 #define AF_UNFOLLOWED (1u << 26) /* arrow_wrap=0: releases are not seen */
 
 /* Released: a tombstone. Arrow structs are not counted in the tensor and
- * block totals (ot_count), so none is taken off them. */
+ * block totals (ot_count), so none is taken off them; their births are
+ * counted apart (on_export). */
 static void retire(stripe *st, obj *o)
 {
     o->state = CS_ST_RELEASED;
@@ -33,6 +34,7 @@ static unsigned on_export(cs_lifecycle *lc, stripe *st, obj *o, const cs_event *
     if (!o && !(o = ot_insert(st, ev->obj, CS_NS_ARROW)))
         return 0;
     ot_reset(st, o); /* a record is reused only once its struct is released */
+    ot_born(st, CS_NS_ARROW); /* the clean-run line's count */
     o->capsule = ev->a;
     if (!ev->a)
         o->state = CS_ST_CONSUMED; /* a stream callback's result is its caller's */

@@ -150,6 +150,7 @@ typedef struct cs_rec_end {
     uint64_t blocks;      /* NumPy data blocks allocated */
     uint32_t findings;    /* findings reported (suppressed ones excluded) */
     uint32_t reserved;
+    uint64_t arrow;       /* appended later: Arrow structs exported (stream chunks included) */
 } cs_rec_end;
 
 /* One lifecycle event: the payload of CS_REC_EVENT and the input of
