@@ -2,6 +2,7 @@
 #include "arrowtext.h"
 
 #include <stdio.h>
+#include <string.h>
 
 static const char *type_name(unsigned type)
 {
@@ -39,7 +40,8 @@ const char *cs_ar_event_name(const cs_event *ev)
                : (ev->aux & 0xff) == CS_ARC_GET_SCHEMA ? "get-schema"
                                                        : "get-last-error";
     case CS_EV_AR_DESTROY: return ev->aux == CS_ARD_MOVED ? "move" : "destroy";
-    case CS_EV_AR_CHECK: return ev->aux == CS_ARK_RENAMED ? "rename" : "check";
+    case CS_EV_AR_CHECK:
+        return ev->aux == CS_ARK_RENAMED ? "rename" : ev->aux == CS_ARK_BAD_NAME ? "export" : "check";
     case CS_EV_AR_REACHABLE: return "reachable";
     }
     return "event";
@@ -62,6 +64,16 @@ const char *cs_ar_event_phrase(const cs_finding *f, int i)
             return "read again, already released (release == NULL), at";
         return earlier ? "read by another consumer at" : "read by a consumer at";
     case CS_EV_AR_RELEASE:
+        if (ev->aux & CS_ARR_CHILD) {
+            if (ev->aux & CS_ARR_AGAIN)
+                return (ev->flags & CS_EVF_SKIPPED)
+                           ? "a child's release called again, skipped (protect=1), at"
+                           : "a child's release called again at";
+            return (ev->aux & CS_ARR_KIDS_LEFT) ? "a child released, leaving its own children, at"
+                                                : "a child released at";
+        }
+        if (ev->aux & CS_ARR_KIDS_LEFT)
+            return "released, leaving a child or its dictionary unreleased, at";
         if (ev->flags & CS_EVF_SKIPPED)
             return "release called again, skipped (protect=1), at";
         if (ev->aux & CS_ARR_AGAIN)
@@ -78,7 +90,9 @@ const char *cs_ar_event_phrase(const cs_finding *f, int i)
                                          "release == NULL) at"
                                        : "capsule destroyed at";
     case CS_EV_AR_CHECK:
-        return ev->aux == CS_ARK_RENAMED ? "capsule renamed at" : "checked at";
+        return ev->aux == CS_ARK_RENAMED    ? "capsule renamed at"
+               : ev->aux == CS_ARK_BAD_NAME ? "capsule made under that name at"
+                                            : "checked at";
     case CS_EV_AR_REACHABLE:
         return "still referenced at the end: a copy of the struct is stored in the process's memory";
     }
@@ -87,6 +101,8 @@ const char *cs_ar_event_phrase(const cs_finding *f, int i)
 
 const char *cs_ar_object_type(const cs_finding *f)
 {
+    if (f->kind == CS_KIND_ARROW_BAD_NAME)
+        return "PyCapsule";
     for (int i = 0; i < f->nevents; i++)
         if (f->events[i].kind == CS_EV_AR_EXPORT)
             return type_name(CS_AR_TYPE(f->events[i].aux));
@@ -103,6 +119,32 @@ static const char *origin_words(const cs_finding *f)
                                                             : "exported in a capsule";
     return "exported";
 }
+
+/* the name a BAD_NAME check carries in a, b, c (24 bytes, NUL-padded) */
+static void bad_name(const cs_finding *f, char *out, size_t n)
+{
+    out[0] = 0;
+    for (int i = 0; i < f->nevents; i++) {
+        const cs_event *ev = &f->events[i];
+        if (ev->kind != CS_EV_AR_CHECK || ev->aux != CS_ARK_BAD_NAME)
+            continue;
+        char raw[25];
+        uint64_t w[3] = {ev->a, ev->b, ev->c};
+        memcpy(raw, w, 24);
+        raw[24] = 0;
+        size_t k = 0;
+        for (size_t j = 0; raw[j] && k + 5 < n; j++) /* unprintable bytes as \xNN */
+            k += (unsigned char)raw[j] >= 0x20 && (unsigned char)raw[j] < 0x7f
+                     ? (size_t)snprintf(out + k, n - k, "%c", raw[j])
+                     : (size_t)snprintf(out + k, n - k, "\\x%02x", (unsigned char)raw[j]);
+        if (strlen(raw) == 24 && k + 4 < n)
+            snprintf(out + k, n - k, "...");
+        return;
+    }
+}
+
+static const char *const exact_names[6] = {"", "arrow_schema", "arrow_array", "arrow_array_stream",
+                                           "arrow_device_array", "arrow_device_array_stream"};
 
 const char *cs_ar_message(const cs_finding *f, char *buf, size_t n)
 {
@@ -123,6 +165,17 @@ const char *cs_ar_message(const cs_finding *f, char *buf, size_t n)
             snprintf(buf, n, "%s %#llx (%s) was never released: its capsule was still alive at "
                      "exit", t, p, origin_words(f));
             break;
+        case CS_LEAK_CHILD: {
+            char which[48];
+            if ((uint32_t)f->value == 0xffffffffu)
+                snprintf(which, sizeof which, "its dictionary");
+            else
+                snprintf(which, sizeof which, "child %llu", (unsigned long long)(uint32_t)f->value);
+            snprintf(buf, n, "%s of %s %#llx (%s) was never released: the producer's release "
+                     "returned without releasing it (R44: release must release every child and "
+                     "the dictionary not moved out)", which, t, p, origin_words(f));
+            break;
+        }
         case CS_LEAK_KILLED:
             snprintf(buf, n, "%s %#llx was not released when the process was killed (no leak "
                      "verdict)", t, p);
@@ -133,14 +186,15 @@ const char *cs_ar_message(const cs_finding *f, char *buf, size_t n)
         }
         break;
     case CS_KIND_ARROW_DOUBLE_RELEASE:
-        snprintf(buf, n, "release of %s %#llx called a second time (R42): a consumer kept a "
+        snprintf(buf, n, "release of %s%s %#llx called a second time (R42): a consumer kept a "
                  "copy that was not a move, or released the source after moving it; the "
-                 "producer's release now frees its private data again", t, p);
+                 "producer's release now frees its private data again",
+                 f->detail == CS_ARR_CHILD ? "a child of " : "", t, p);
         break;
     case CS_KIND_ARROW_RELEASE_NOT_CLEARED:
-        snprintf(buf, n, "the producer's release of %s %#llx returned without setting release "
+        snprintf(buf, n, "the producer's release of %s%s %#llx returned without setting release "
                  "= NULL (R44): a consumer that checks release before releasing will release it "
-                 "twice (arrow-nanoarrow #203)", t, p);
+                 "twice (arrow-nanoarrow #203)", f->detail == CS_ARR_CHILD ? "a child of " : "", t, p);
         break;
     case CS_KIND_ARROW_RECONSUME: {
         int released = 0;
@@ -183,6 +237,21 @@ const char *cs_ar_message(const cs_finding *f, char *buf, size_t n)
             snprintf(buf, n, "%s %#llx is malformed", t, p);
         }
         break;
+    case CS_KIND_ARROW_BAD_NAME: {
+        char name[128];
+        bad_name(f, name, sizeof name);
+        unsigned ty = f->detail & 15u;
+        const char *want = ty >= 1 && ty <= 5 ? exact_names[ty] : "arrow_*";
+        if (f->detail & CS_ARK_NAME_USED)
+            snprintf(buf, n, "capsule %#llx made under the name '%s' (R40): Arrow capsules are "
+                     "named exactly '%s' and never renamed used_* (a DLPack habit); consumers "
+                     "looking for '%s' will not find the struct", p, name, want, want);
+        else
+            snprintf(buf, n, "capsule %#llx made under the name '%s', a near miss of '%s' (R40): "
+                     "consumers look for the exact name and will not find the struct", p, name,
+                     want);
+        break;
+    }
     default:
         snprintf(buf, n, "%s %#llx", cs_kind_name(f->kind), p);
     }

@@ -6,7 +6,7 @@
 #include <stddef.h>
 #include "lifecycle.h"
 
-#define CS_KIND_IS_ARROW(k) ((k) >= CS_KIND_ARROW_LEAK && (k) <= CS_KIND_ARROW_BAD_STRUCT)
+#define CS_KIND_IS_ARROW(k) ((k) >= CS_KIND_ARROW_LEAK && (k) <= CS_KIND_ARROW_BAD_NAME)
 
 const char *cs_ar_event_name(const cs_event *ev);   /* "export", "borrow", "move", ... */
 const char *cs_ar_event_phrase(const cs_finding *f, int i);

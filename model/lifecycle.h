@@ -193,6 +193,7 @@ size_t cs_lc_consumed_in(cs_lifecycle *lc, uint64_t lo, uint64_t hi, uint64_t *o
 typedef struct cs_lc_totals {
     int64_t dlpack, dlpack_bytes, numpy, numpy_bytes;
     int64_t born_dlpack, born_numpy; /* every tensor and block made so far */
+    int64_t born_arrow;              /* every Arrow struct exported (stream chunks included) */
 } cs_lc_totals;
 void cs_lc_totals_get(cs_lifecycle *lc, cs_lc_totals *out);
 
@@ -220,6 +221,9 @@ enum cs_leak_detail {
     CS_LEAK_SHUTDOWN = 5,   /* never consumed; its deleter ran during interpreter
                              * shutdown and released nothing */
     CS_LEAK_KILLED = 6,     /* not released when the process was killed: a warning */
+    CS_LEAK_CHILD = 7,      /* Arrow, arrow_deep=1: a child or dictionary its parent's
+                             * release left alone (value: its index, 0xffffffff the
+                             * dictionary) */
 };
 /* cs_finding.detail for live-at-exit */
 enum cs_live_detail { CS_LIVE_QUICK_EXIT = 0, CS_LIVE_KILLED = 1 };

@@ -352,21 +352,22 @@ void ot_count(stripe *st, const obj *o, int sign)
     __atomic_store_n(&st->live[i], st->live[i] + sign, __ATOMIC_RELAXED);
     __atomic_store_n(&st->live[i + 1], st->live[i + 1] + sign * (int64_t)o->bytes, __ATOMIC_RELAXED);
     if (sign > 0 && !(o->flags & OF_VIEW))
-        __atomic_store_n(&st->born[i / 2], st->born[i / 2] + 1, __ATOMIC_RELAXED);
+        ot_born(st, i / 2);
 }
 
 /* a sum of unlocked reads: a moment's view, good enough for COUNTS */
 void cs_lc_totals_get(cs_lifecycle *lc, cs_lc_totals *t)
 {
-    int64_t v[4] = {0}, b[2] = {0};
+    int64_t v[4] = {0}, b[3] = {0};
     for (int i = 0; i < NSTRIPES; i++) {
         for (int k = 0; k < 4; k++)
             v[k] += __atomic_load_n(&lc->s[i].live[k], __ATOMIC_RELAXED);
-        for (int k = 0; k < 2; k++)
+        for (int k = 0; k < 3; k++)
             b[k] += __atomic_load_n(&lc->s[i].born[k], __ATOMIC_RELAXED);
     }
     t->born_dlpack = b[0];
     t->born_numpy = b[1];
+    t->born_arrow = b[2];
     t->dlpack = v[0];
     t->dlpack_bytes = v[1];
     t->numpy = v[2];
@@ -448,7 +449,7 @@ void cs_lc_fork_child(cs_lifecycle *lc)
 {
     atomic_store(&lc->any_traced, 0);
     for (int i = 0; i < NSTRIPES; i++)
-        lc->s[i].nevents = lc->s[i].born[0] = lc->s[i].born[1] = 0; /* it counts its own */
+        lc->s[i].nevents = lc->s[i].born[0] = lc->s[i].born[1] = lc->s[i].born[2] = 0; /* its own */
     for (int i = 0; i < NSTRIPES; i++)
         for (size_t k = 0; k < lc->s[i].cap; k++) {
             obj *o = &lc->s[i].tab[k];

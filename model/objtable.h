@@ -69,7 +69,8 @@ typedef struct stripe {
     unsigned fifo_head, fifo_len;
     uint64_t nevents;      /* events judged here (counted under mu) */
     int64_t live[4];       /* this stripe's share of cs_lc_totals (under mu) */
-    int64_t born[2];       /* and of its births, by namespace (views excluded) */
+    int64_t born[3];       /* and of its births, by namespace (views excluded; Arrow:
+                            * its exports, stream chunks included) */
     uint32_t gen;          /* generations of this stripe's objects (under mu) */
     cs_event wrap;         /* the NP_WRAP just emitted for the NP_FOREIGN_FREE that
                             * follows it on the same thread (kind 0: none) */
@@ -154,6 +155,12 @@ void ot_report(cs_lifecycle *lc, judge *j, int kind, obj *o, const cs_event *ev,
 void ot_trace(cs_lifecycle *lc, obj *o);
 /* o counts in the live totals from creation (+1) to release (-1). */
 void ot_count(stripe *st, const obj *o, int sign);
+/* one more birth in namespace ns (under the stripe's lock) */
+static inline void ot_born(stripe *st, int ns)
+{
+    /* one writer (the stripe's lock holder); relaxed stores for readers */
+    __atomic_store_n(&st->born[ns], st->born[ns] + 1, __ATOMIC_RELAXED);
+}
 /* o is released: a tombstone, the stripe's oldest forgotten when full.
  * o may move in the table: look it up again afterwards. */
 void ot_entomb(stripe *st, obj *o);

@@ -20,7 +20,8 @@
 #define AF_UNFOLLOWED (1u << 26) /* arrow_wrap=0: releases are not seen */
 
 /* Released: a tombstone. Arrow structs are not counted in the tensor and
- * block totals (ot_count), so none is taken off them. */
+ * block totals (ot_count), so none is taken off them; their births are
+ * counted apart (on_export). */
 static void retire(stripe *st, obj *o)
 {
     o->state = CS_ST_RELEASED;
@@ -33,6 +34,7 @@ static unsigned on_export(cs_lifecycle *lc, stripe *st, obj *o, const cs_event *
     if (!o && !(o = ot_insert(st, ev->obj, CS_NS_ARROW)))
         return 0;
     ot_reset(st, o); /* a record is reused only once its struct is released */
+    ot_born(st, CS_NS_ARROW); /* the clean-run line's count */
     o->capsule = ev->a;
     if (!ev->a)
         o->state = CS_ST_CONSUMED; /* a stream callback's result is its caller's */
@@ -61,11 +63,36 @@ static unsigned on_borrow(cs_lifecycle *lc, stripe *st, obj *o, const cs_event *
     return 0;
 }
 
+/* R42, R44, arrow_deep=1: a child's or dictionary's release that went
+ * wrong, about the struct it belongs to (o, which may be released by now:
+ * a child moved out is released after its parent) */
+static unsigned on_child_release(cs_lifecycle *lc, stripe *st, obj *o, const cs_event *ev,
+                                 judge *j)
+{
+    obj tmp = {.key = ev->obj, .ns = CS_NS_ARROW};
+    obj *about = o ? o : &tmp;
+    unsigned v = 0;
+    if (ev->aux & CS_ARR_AGAIN) {
+        ot_report(lc, j, CS_KIND_ARROW_DOUBLE_RELEASE, about, ev, CS_ARR_CHILD, 0);
+        v = CS_VERDICT_SKIP;
+    } else {
+        if (ev->aux & CS_ARR_NOT_CLEARED)
+            ot_report(lc, j, CS_KIND_ARROW_RELEASE_NOT_CLEARED, about, ev, CS_ARR_CHILD, 0);
+        if (ev->aux & CS_ARR_KIDS_LEFT)
+            ot_report(lc, j, CS_KIND_ARROW_LEAK, about, ev, CS_LEAK_CHILD, ev->extra);
+    }
+    if (o && o->state != CS_ST_RELEASED)
+        ot_hist_add(st, o, ev, j);
+    return v;
+}
+
 /* R42, R44: one release, which clears itself. The runtime says AGAIN
  * before a second one runs (its record is the authority: a released
  * object's tombstone may be forgotten here). */
 static unsigned on_release(cs_lifecycle *lc, stripe *st, obj *o, const cs_event *ev, judge *j)
 {
+    if (ev->aux & CS_ARR_CHILD)
+        return on_child_release(lc, st, o, ev, j);
     if ((ev->aux & CS_ARR_AGAIN) || (o && o->state == CS_ST_RELEASED)) {
         obj tmp = {.key = ev->obj, .ns = CS_NS_ARROW};
         ot_report(lc, j, CS_KIND_ARROW_DOUBLE_RELEASE, o ? o : &tmp, ev, 0, 0);
@@ -78,6 +105,8 @@ static unsigned on_release(cs_lifecycle *lc, stripe *st, obj *o, const cs_event 
     ot_hist_add(st, o, ev, j);
     if (ev->aux & CS_ARR_NOT_CLEARED)
         ot_report(lc, j, CS_KIND_ARROW_RELEASE_NOT_CLEARED, o, NULL, 0, 0);
+    if (ev->aux & CS_ARR_KIDS_LEFT) /* R44: a child it left alone leaks */
+        ot_report(lc, j, CS_KIND_ARROW_LEAK, o, NULL, CS_LEAK_CHILD, ev->extra);
     retire(st, o);
     return 0;
 }
@@ -129,6 +158,12 @@ static unsigned on_destroy(cs_lifecycle *lc, stripe *st, obj *o, const cs_event 
 static unsigned on_check(cs_lifecycle *lc, stripe *st, obj *o, const cs_event *ev, judge *j)
 {
     obj tmp = {.key = ev->obj, .ns = CS_NS_ARROW};
+    if (ev->aux == CS_ARK_BAD_NAME) {
+        /* a capsule, not a record: nothing follows it (the runtime says it
+         * once per name and call site) */
+        ot_report(lc, j, CS_KIND_ARROW_BAD_NAME, &tmp, ev, ev->extra, 0);
+        return 0;
+    }
     int kind = ev->aux == CS_ARK_RENAMED ? CS_KIND_ARROW_RENAMED : CS_KIND_ARROW_BAD_STRUCT;
     ot_report(lc, j, kind, o ? o : &tmp, ev, ev->aux, ev->b);
     if (o)

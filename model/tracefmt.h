@@ -150,6 +150,7 @@ typedef struct cs_rec_end {
     uint64_t blocks;      /* NumPy data blocks allocated */
     uint32_t findings;    /* findings reported (suppressed ones excluded) */
     uint32_t reserved;
+    uint64_t arrow;       /* appended later: Arrow structs exported (stream chunks included) */
 } cs_rec_end;
 
 /* One lifecycle event: the payload of CS_REC_EVENT and the input of
@@ -256,6 +257,12 @@ enum cs_ar_type { CS_AR_SCHEMA = 1, CS_AR_ARRAY = 2, CS_AR_STREAM = 3, CS_AR_DEV
 #define CS_ARR_NOT_CLEARED 2u   /* the producer's release returned with release != NULL */
 #define CS_ARR_IN_DTOR 4u       /* run by its capsule's destructor */
 #define CS_ARR_MOVED 8u         /* run on another struct than the one exported: a moved copy */
+#define CS_ARR_CHILD 0x10u      /* arrow_deep=1: the release of a child or dictionary of obj
+                                 * (a=its struct), written only when something went wrong */
+#define CS_ARR_KIDS_LEFT 0x20u  /* arrow_deep=1: children or a dictionary this release was to
+                                 * release (still wrapped where they were, not moved out) were
+                                 * not: b=how many, extra=the first one's index (-1: the
+                                 * dictionary), c=its struct (R44) */
 /* CS_EV_AR_CALL aux: the callback (low byte) and what was wrong */
 enum cs_ar_call { CS_ARC_GET_SCHEMA = 1, CS_ARC_GET_NEXT = 2, CS_ARC_GET_LAST_ERROR = 3 };
 #define CS_ARC_RELEASED 0x100u  /* on a released stream (R45) */
@@ -276,7 +283,12 @@ enum cs_ar_check {
     CS_ARK_NULL_CALLBACK = 3, /* a stream without get_schema/get_next/get_last_error: b=CS_ARC_* */
     CS_ARK_DEVICE = 4,      /* device_array: unknown device_type, or a CPU one with a sync
                              * event (R48): b=device_type */
+    CS_ARK_BAD_NAME = 5,    /* PyCapsule_New under a near miss of an Arrow name (R40):
+                             * obj=the capsule (no record: it is not followed), a, b, c =
+                             * the name's first 24 bytes (NUL-padded), extra=the struct it
+                             * resembles (cs_ar_type) | CS_ARK_NAME_USED */
 };
+#define CS_ARK_NAME_USED 0x10u /* CS_ARK_BAD_NAME: with a used_ prefix */
 /* the namespace an event's object is in: NumPy's kinds are 16..23 */
 #define CS_EV_IS_NUMPY(kind) ((kind) >= CS_EV_NP_ALLOC && (kind) < 24)
 /* CS_EV_ERR_STATE aux: what became of the error indicator (R5) */

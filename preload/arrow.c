@@ -7,9 +7,11 @@
 #include <string.h>
 
 #include "capsan.h"
+#include "names.h"
 #include "options.h"
 #include "probe.h"
 #include "runtime.h"
+#include "seenset.h"
 #include "spin.h"
 #include "thread.h"
 
@@ -49,9 +51,19 @@ typedef struct ar_rec {
     _Atomic uint32_t in_call;  /* threads inside its stream callbacks */
     _Atomic uint32_t call_thread;
     PyObject_ *cap;            /* its capsule while that lives */
+    /* arrow_deep=1: the records of its children and dictionary (R44), each
+     * a kid: no object of the lifecycle's, and no event unless something
+     * goes wrong, which is said about the exported struct, its root */
+    struct ar_rec *kids, *sib; /* its kids; the next of its parent's */
+    struct ar_rec *root;       /* a kid's exported struct */
+    int32_t idx;               /* a kid's index among its parent's children, -1 the dictionary */
+    uint8_t kid;
+    uint8_t expect;            /* its parent's release must release it (set as that starts) */
 } ar_rec;
 #define DONE_CAPSULE 1u  /* its capsule is gone (or it never had one) */
 #define DONE_RELEASED 2u /* released, or nothing will release it through capsan */
+#define DONE_PARENT 4u   /* a kid's parent is released: its kids list is not walked again */
+#define DONE_ALL (DONE_CAPSULE | DONE_RELEASED | DONE_PARENT)
 
 /* A released record is reused only after QUAR later ones: a stale copy of
  * its struct released late still finds it released. */
@@ -61,6 +73,10 @@ static cs_spin pool_mu = CS_SPIN_INIT;
 static ar_rec *free_list;
 static ar_rec *quar[QUAR];
 static unsigned qhead, qlen;
+/* every chunk, for the scan at exit: records point to records (a kid to
+ * its root), which must not make a struct look held */
+static ar_rec **chunks;
+static size_t nchunks, capchunks;
 
 static ar_rec *rec_alloc(int type)
 {
@@ -74,6 +90,16 @@ static ar_rec *rec_alloc(int type)
         if (!c)
             return NULL;
         cs_spin_lock(&pool_mu);
+        if (nchunks == capchunks) {
+            size_t nc = capchunks ? capchunks * 2 : 16;
+            ar_rec **n = realloc(chunks, nc * sizeof *n);
+            if (n) {
+                chunks = n;
+                capchunks = nc;
+            }
+        }
+        if (nchunks < capchunks)
+            chunks[nchunks++] = c;
         for (int i = CHUNK - 1; i >= 1; i--) {
             c[i].next_free = free_list;
             free_list = &c[i];
@@ -83,6 +109,7 @@ static ar_rec *rec_alloc(int type)
     }
     memset(r, 0, sizeof *r);
     r->type = (uint8_t)type;
+    r->done = DONE_PARENT; /* a kid's is set by its parent */
     __atomic_store_n(&r->magic, AR_MAGIC, __ATOMIC_RELEASE);
     return r;
 }
@@ -104,7 +131,7 @@ static void rec_retire(ar_rec *r)
 static void rec_done(ar_rec *r, unsigned bits)
 {
     unsigned prev = atomic_fetch_or(&r->done, (uint8_t)bits);
-    if ((prev | bits) == (DONE_CAPSULE | DONE_RELEASED) && prev != (DONE_CAPSULE | DONE_RELEASED))
+    if ((prev | bits) == DONE_ALL && prev != DONE_ALL)
         rec_retire(r);
 }
 
@@ -199,6 +226,10 @@ void cs_ar_own_memory(void (*fn)(void *ud, const void *p, size_t n), void *ud)
 {
     if (ctab)
         fn(ud, ctab, ccap * sizeof *ctab);
+    for (size_t i = 0; i < nchunks; i++)
+        fn(ud, chunks[i], CHUNK * sizeof *chunks[i]);
+    if (chunks)
+        fn(ud, chunks, capchunks * sizeof *chunks);
 }
 
 
@@ -265,6 +296,43 @@ static void rewrap(void *s, ar_rec *r, int with_release)
         FIELD(s, L->rel) = release_tramp(r->type);
 }
 
+/* R44, deep: which kids the parent's release about to run must release:
+ * those still wrapped where they were (one moved out has release == NULL
+ * there, and its mover releases it) */
+static void kids_expect(ar_rec *kids)
+{
+    for (ar_rec *k = kids; k; k = k->sib) {
+        const layout *L = &lay[k->type];
+        k->expect = !atomic_load(&k->released) && cs_probe_read(k->home, L->size) &&
+                    FIELD(k->home, L->rel) == release_tramp(k->type) && FIELD(k->home, L->pd) == k;
+    }
+}
+
+/* After the parent's release: a kid it was to release and did not is a
+ * leak (b: how many, extra: the first one's index, -1 the dictionary, c:
+ * its struct). Such a kid, and what hangs below it, is never retired:
+ * a late release through it still finds its record. */
+static void kids_judge(ar_rec *kids, cs_event *ev)
+{
+    int32_t first = INT32_MAX;
+    for (ar_rec *k = kids, *next; k; k = next) {
+        next = k->sib;
+        if (k->expect && !atomic_load(&k->released)) {
+            ev->b++;
+            if (k->idx < first) {
+                first = k->idx;
+                ev->c = (uint64_t)(uintptr_t)k->home;
+            }
+            continue;
+        }
+        rec_done(k, DONE_PARENT);
+    }
+    if (ev->b) {
+        ev->aux |= CS_ARR_KIDS_LEFT;
+        ev->extra = (uint32_t)first;
+    }
+}
+
 /* R42, R44: the release of any copy of a wrapped struct. The producer's
  * release runs on a copy with its own fields restored, and what it leaves
  * is copied back. */
@@ -281,18 +349,23 @@ static void release_body(void *self, int type)
     cs_thread *t = cs_thread_get();
     int again = atomic_exchange(&r->released, 1);
     uint16_t aux = (uint16_t)((again ? CS_ARR_AGAIN : 0) | (self != r->home ? CS_ARR_MOVED : 0) |
-                              (t && r->cap && t->dtor_capsule == (void *)r->cap ? CS_ARR_IN_DTOR : 0));
+                              (t && r->cap && t->dtor_capsule == (void *)r->cap ? CS_ARR_IN_DTOR : 0) |
+                              (r->kid ? CS_ARR_CHILD : 0));
+    /* a kid's findings are about its root, the struct that was exported */
+    uint64_t about = (uint64_t)(uintptr_t)(r->kid ? r->root : r);
     if (again) {
         /* said before it runs: the producer frees its private data again */
-        cs_event ev = {.kind = CS_EV_AR_RELEASE, .obj = (uint64_t)(uintptr_t)r,
-                       .a = (uint64_t)(uintptr_t)self, .aux = aux,
-                       .flags = cs_opt.protect ? CS_EVF_SKIPPED : 0};
+        cs_event ev = {.kind = CS_EV_AR_RELEASE, .obj = about, .a = (uint64_t)(uintptr_t)self,
+                       .aux = aux, .flags = cs_opt.protect ? CS_EVF_SKIPPED : 0};
         cs_emit(&ev, 1, NULL, NULL);
         if (cs_opt.protect) {
             FIELD(self, L->rel) = NULL;
             return;
         }
     }
+    ar_rec *kids = again ? NULL : r->kids;
+    if (kids)
+        kids_expect(kids);
     _Alignas(8) unsigned char copy[128];
     memcpy(copy, self, L->size);
     restore(copy, r);
@@ -303,13 +376,18 @@ static void release_body(void *self, int type)
         rewrap(self, r, 1); /* not cleared: a second release is still seen */
     else if (L->stream)
         rewrap(self, r, 0); /* a callback through the released stream is seen */
-    if (!again) {
-        cs_event ev = {.kind = CS_EV_AR_RELEASE, .obj = (uint64_t)(uintptr_t)r,
-                       .a = (uint64_t)(uintptr_t)self,
-                       .aux = (uint16_t)(aux | (left ? CS_ARR_NOT_CLEARED : 0))};
-        cs_emit(&ev, 1, NULL, NULL);
-        rec_done(r, DONE_RELEASED);
+    if (again)
+        return;
+    cs_event ev = {.kind = CS_EV_AR_RELEASE, .obj = about, .a = (uint64_t)(uintptr_t)self,
+                   .aux = (uint16_t)(aux | (left ? CS_ARR_NOT_CLEARED : 0))};
+    if (kids) {
+        r->kids = NULL;
+        kids_judge(kids, &ev);
     }
+    /* a kid released as it should be is no event: only its root's is */
+    if (!r->kid || (ev.aux & (CS_ARR_NOT_CLEARED | CS_ARR_KIDS_LEFT)))
+        cs_emit(&ev, 1, NULL, NULL);
+    rec_done(r, DONE_RELEASED);
 }
 
 static void release_schema(void *s) { release_body(s, CS_AR_SCHEMA); }
@@ -399,6 +477,56 @@ static void check_failed(ar_rec *r, PyObject_ *cap, unsigned code, uint64_t valu
     cs_emit(&ev, !stack, NULL, NULL);
 }
 
+/* arrow_deep=1: records for the children and the dictionary of s (a
+ * schema, or an array: a device array's embedded one), wrapped into them
+ * as into the struct itself but with no event, so that the parent's
+ * release is seen releasing each (R44). O(children) per export. */
+#define KIDS_MAX_DEPTH 64
+static void wrap_kids(ar_rec *parent, ar_rec *root, void *s, int schema, unsigned depth);
+
+static void wrap_kid(ar_rec *parent, ar_rec *root, void *c, int type, int32_t idx, unsigned depth)
+{
+    const layout *L = &lay[type];
+    if (!cs_probe_read(c, L->full))
+        return;
+    void *rel = FIELD(c, L->rel);
+    if (!rel || is_release_tramp(rel) || !cs_probe_store(&FIELD(c, L->rel), rel))
+        return; /* released, wrapped already (shared), or read-only: not followed */
+    ar_rec *k = rec_alloc(type);
+    if (!k)
+        return;
+    k->done = DONE_CAPSULE; /* no capsule; retired once released and its parent done */
+    k->kid = 1;
+    k->root = root;
+    k->idx = idx;
+    k->home = c;
+    k->pd = FIELD(c, L->pd);
+    k->release = rel;
+    rewrap(c, k, 1);
+    atomic_store(&k->wrapped, 1);
+    k->sib = parent->kids;
+    parent->kids = k;
+    wrap_kids(k, root, c, type == CS_AR_SCHEMA, depth + 1);
+}
+
+static void wrap_kids(ar_rec *parent, ar_rec *root, void *s, int schema, unsigned depth)
+{
+    /* n_children @32 in both; children @40 (schema) / @48, dictionary @48 / @56 */
+    int64_t n = *(const int64_t *)((char *)s + 32);
+    void **children = FIELD(s, schema ? 40 : 48);
+    void *dict = FIELD(s, schema ? 48 : 56);
+    if (depth >= KIDS_MAX_DEPTH || n < 0 || n > (1 << 24))
+        return;
+    if (n && (!children || !cs_probe_read(children, (size_t)n * sizeof *children)))
+        n = 0;
+    int type = schema ? CS_AR_SCHEMA : CS_AR_ARRAY;
+    if (dict)
+        wrap_kid(parent, root, dict, type, -1, depth);
+    for (int64_t i = 0; i < n; i++)
+        if (children[i])
+            wrap_kid(parent, root, children[i], type, (int32_t)i, depth);
+}
+
 /* Put the record and the trampolines into s (its release set). 0 when it
  * cannot be followed: unreadable or read-only, wrapped already (a
  * producer handing out a struct capsan wrapped), or malformed (*bad). */
@@ -436,6 +564,8 @@ static int wrap(ar_rec *r, void *s, unsigned *bad, uint64_t *badval)
         for (int k = 0; k < 3; k++)
             r->fn[k] = FIELD(s, L->sch + 8 * k);
     rewrap(s, r, 1);
+    if (cs_opt.arrow_deep && !L->stream)
+        wrap_kids(r, r, s, r->type == CS_AR_SCHEMA, 0);
     atomic_store(&r->wrapped, 1);
     return 1;
 }
@@ -448,12 +578,12 @@ static void wrap_result(ar_rec *stream, void *out, int type, unsigned from)
     ar_rec *r = rec_alloc(type);
     if (!r)
         return;
-    r->done = DONE_CAPSULE;
+    r->done = DONE_CAPSULE | DONE_PARENT;
     unsigned bad;
     uint64_t badval = 0;
     if (!wrap(r, out, &bad, &badval)) {
         r->done = 0;
-        rec_done(r, DONE_CAPSULE | DONE_RELEASED);
+        rec_done(r, DONE_ALL);
         return;
     }
     cs_event ev = {.kind = CS_EV_AR_EXPORT, .obj = (uint64_t)(uintptr_t)r,
@@ -550,6 +680,32 @@ void cs_ar_renamed(PyObject_ *cap)
     ar_rec *r = ctab_get(cap, 0);
     if (r)
         check_failed(r, cap, CS_ARK_RENAMED, 0, 0);
+}
+
+/* R40's near misses, said once per (name, call site): a producer exporting
+ * under one makes it at every export */
+static uintptr_t bad_names_seen[256];
+static cs_spin bad_names_mu = CS_SPIN_INIT;
+
+void cs_ar_bad_name(PyObject_ *cap, const char *name, void *ret, uint8_t gil_flags)
+{
+    int near = arrow_near_miss(name); /* names.h said so: a short, readable, NUL-ended name */
+    if (!near)
+        return;
+    uint64_t h = 0xcbf29ce484222325ull, w[3] = {0};
+    size_t len = strlen(name);
+    for (size_t i = 0; i < len; i++)
+        h = (h ^ (unsigned char)name[i]) * 0x100000001b3ull;
+    h ^= (uint64_t)(uintptr_t)ret * 0x9e3779b97f4a7c15ull;
+    if (!cs_seen_first(bad_names_seen, sizeof bad_names_seen / sizeof bad_names_seen[0],
+                       &bad_names_mu, (uintptr_t)(h | 1)))
+        return;
+    memcpy(w, name, len < sizeof w ? len : sizeof w);
+    cs_event ev = {.kind = CS_EV_AR_CHECK, .obj = (uint64_t)(uintptr_t)cap, .a = w[0], .b = w[1],
+                   .c = w[2], .aux = CS_ARK_BAD_NAME,
+                   .extra = (uint32_t)((near & 15) | (near & AR_NEAR_USED ? CS_ARK_NAME_USED : 0)),
+                   .flags = gil_flags};
+    cs_emit(&ev, 1, NULL, NULL);
 }
 
 /* ---- for capsan.describe() ---- */

@@ -35,6 +35,9 @@ void cs_ar_dtor_enter(PyObject_ *cap, void *ptr, int has_dtor, cs_ar_dying *d);
 void cs_ar_dtor_exit(PyObject_ *cap, cs_ar_dying *d);
 /* PyCapsule_SetName on an Arrow capsule (R40). */
 void cs_ar_renamed(PyObject_ *cap);
+/* PyCapsule_New made cap under a near miss of an Arrow name (R40; names.h
+ * said so), called from ret: a warning once per name and call site. */
+void cs_ar_bad_name(PyObject_ *cap, const char *name, void *ret, uint8_t gil_flags);
 
 /* capsan's own memory that holds records (for a reachability scan) */
 void cs_ar_own_memory(void (*fn)(void *ud, const void *p, size_t n), void *ud);

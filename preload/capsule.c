@@ -335,9 +335,21 @@ __attribute__((noinline, cold)) static PyObject_ *arrow_new(void *ptr, const cha
     return cap;
 }
 
+/* R40: a capsule made under a name that is almost an Arrow one; made as
+ * asked, and said once per name and call site (arrow.c) */
+__attribute__((noinline, cold)) static PyObject_ *near_new(void *ptr, const char *name,
+                                                           cs_capsule_dtor dtor, void *ret,
+                                                           uint8_t g)
+{
+    PyObject_ *cap = cs_py.Capsule_New(ptr, name, dtor);
+    if (cap)
+        cs_ar_bad_name(cap, name, ret, g);
+    return cap;
+}
+
 static PyObject_ *hook_New(void *ptr, const char *name, cs_capsule_dtor dtor)
 {
-    int nk = name_kind(name);
+    int nk = name_kind_new(name);
     uint8_t g = (uint8_t)GIL_CHECK();
     if (nk == NK_NONE || !cs_recording)
         return cs_py.Capsule_New(ptr, name, dtor);
@@ -351,6 +363,8 @@ static PyObject_ *hook_New(void *ptr, const char *name, cs_capsule_dtor dtor)
      * same, to judge a delete of a tensor released already before it runs
      * (judge_redelete) */
     if (nk != NK_DL && nk != NK_DLV) {
+        if (nk == NK_AR_NEAR)
+            return near_new(ptr, name, dtor, __builtin_return_address(0), g);
         int k = nk == NK_NPDL && dtor ? stub_for(dtor) : -1;
         return cs_py.Capsule_New(ptr, name, k < 0 ? dtor : stub((unsigned)k));
     }

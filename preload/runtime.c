@@ -446,15 +446,17 @@ int cs_runtime_finish(int how, int status)
         write_counts(cs_now_ns());
         cs_rec_end e = {.how = (uint32_t)how, .status = final, .time_ns = cs_now_ns(),
                         .events = events, .tensors = (uint64_t)tot.born_dlpack,
-                        .blocks = (uint64_t)tot.born_numpy, .findings = cs_findings_total()};
+                        .blocks = (uint64_t)tot.born_numpy, .findings = cs_findings_total(),
+                        .arrow = (uint64_t)tot.born_arrow};
         cs_trace_write(CS_REC_END, &e, sizeof e);
     }
     if (!api_mode && cs_opt.verbosity && !cs_findings_total())
         /* a clean run says what it watched (capsan run says it for all
          * its processes; a bare LD_PRELOAD is silent unless asked) */
-        dprintf(2, "==%d==capsan: no findings: %lld tensor(s) and %lld NumPy block(s) watched "
-                   "(%llu events)\n", (int)getpid(), (long long)tot.born_dlpack,
-                (long long)tot.born_numpy, (unsigned long long)events);
+        dprintf(2, "==%d==capsan: no findings: %lld tensor(s), %lld NumPy block(s) and %lld "
+                   "Arrow struct(s) watched (%llu events)\n", (int)getpid(),
+                (long long)tot.born_dlpack, (long long)tot.born_numpy, (long long)tot.born_arrow,
+                (unsigned long long)events);
     if (!api_mode) {
         cs_findings_summary();
         if (!strcmp(cs_opt.report, "json") && cs_findings_total())

@@ -310,6 +310,7 @@ static void on_crash(int sig, siginfo_t *si, void *ucv)
                 cs_lc_totals_get(cs_lc, &tot);
                 e.tensors = (uint64_t)tot.born_dlpack;
                 e.blocks = (uint64_t)tot.born_numpy;
+                e.arrow = (uint64_t)tot.born_arrow;
             }
             cs_trace_write(CS_REC_END, &e, sizeof e);
             cs_trace_close();

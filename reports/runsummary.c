@@ -32,7 +32,7 @@ int cs_run_summary(const char *log_path, uint64_t since_realtime_ns, FILE *out)
     if (!d)
         return 0;
     unsigned procs = 0;
-    uint64_t tensors = 0, blocks = 0, events = 0;
+    uint64_t tensors = 0, blocks = 0, arrow = 0, events = 0;
     int clean = 1;
     struct dirent *de;
     while (clean && (de = readdir(d))) {
@@ -51,6 +51,7 @@ int cs_run_summary(const char *log_path, uint64_t since_realtime_ns, FILE *out)
                 clean = 0;
             tensors += t->end.tensors;
             blocks += t->end.blocks;
+            arrow += t->end.arrow; /* 0 in an older END */
             events += cs_trace_events_observed(t);
         }
         cs_trace_close(t);
@@ -59,13 +60,13 @@ int cs_run_summary(const char *log_path, uint64_t since_realtime_ns, FILE *out)
     if (!clean)
         return 0;
     if (!procs)
-        fprintf(out, "capsan: no findings: no process made a DLPack or NumPy event "
+        fprintf(out, "capsan: no findings: no process made a DLPack, NumPy or Arrow event "
                      "(nothing was watched)\n");
     else
-        fprintf(out, "capsan: no findings: %u process%s traced, %llu tensor%s and %llu NumPy "
-                     "block%s watched (%llu events)\n",
+        fprintf(out, "capsan: no findings: %u process%s traced, %llu tensor%s, %llu NumPy "
+                     "block%s and %llu Arrow struct%s watched (%llu events)\n",
                 procs, procs == 1 ? "" : "es", (unsigned long long)tensors,
                 tensors == 1 ? "" : "s", (unsigned long long)blocks, blocks == 1 ? "" : "s",
-                (unsigned long long)events);
+                (unsigned long long)arrow, arrow == 1 ? "" : "s", (unsigned long long)events);
     return 1;
 }

@@ -212,3 +212,71 @@ def test_pytest_plugin_fails_arrow_tests(tmp_path):
     assert "FAILED test_ar_cases.py::test_leaky - capsan: arrow-leak" in out, out[-3000:]
     assert "FAILED test_ar_cases.py::test_reconsume - capsan: arrow-reconsume" in out, out[-3000:]
     assert "2 failed, 1 passed" in out, out[-3000:]
+
+
+def test_bad_name_near_miss(tmp_path, py):
+    """R40: a producer written against the interface's first draft exports
+    under arrowschema / arrowarray (apache/arrow PR 37797 renamed them); the
+    consumer asking for the exact names fails. One warning per name and call
+    site (three exports, two names, one site), at the export's line; the
+    exit status stays the program's."""
+    res = run(tmp_path, py, "bad-name")
+    assert res.returncode == 0 and "done" in res.stdout, res.describe()
+    fs = findings(res.report, "arrow-bad-name")
+    assert len(fs) == 2, res.describe()
+    names = set()
+    for f in fs:
+        assert f["severity"] == "warning" and f["object"]["type"] == "PyCapsule", f
+        names.add(f["message"].split("'")[1])
+    assert names == {"arrowschema", "arrowarray"}, names
+    assert any("a near miss of 'arrow_array'" in f["message"] for f in fs), fs
+    assert_finding_at(res, "arrow-bad-name", S, "export-array", event="export")
+    only(res, ["arrow-bad-name"])
+    assert_lsan_stderr(res.stderr, "arrow-bad-name", "warning")
+
+
+def test_bad_name_twin_is_clean(tmp_path, py):
+    """The same exports under the exact names: nothing."""
+    res = run(tmp_path, py, "bad-name-twin")
+    assert res.returncode == 0 and "done" in res.stdout, res.describe()
+    assert findings(res.report) == [], res.describe()
+
+
+def test_bad_name_suppressed(tmp_path):
+    """The kind is suppressible as any other (KIND:pattern)."""
+    supp = tmp_path / "supp.txt"
+    supp.write_text("arrow-bad-name:ar_fixtures.py\n")
+    res = run(tmp_path, INTERPRETERS["static"], "bad-name", [f"suppressions={supp}"])
+    assert findings(res.report, "arrow-bad-name") == [], res.describe()
+
+
+def test_child_left_by_parent_release(tmp_path, py):
+    """R44 (arrow_deep=1, the default): a record batch whose release starts
+    its loop over the columns at 1 leaves column 0 unreleased: an arrow-leak
+    of child 0, reported at the parent's release with the export's line."""
+    res = run(tmp_path, py, "child-leak")
+    assert res.returncode == DEFAULT_EXITCODE and "done" in res.stdout, res.describe()
+    fs = findings(res.report, "arrow-leak")
+    assert len(fs) == 1 and fs[0]["severity"] == "error", res.describe()
+    assert fs[0]["message"].startswith("child 0 of ArrowArray"), fs[0]["message"]
+    assert fs[0]["object"]["type"] == "ArrowArray", fs[0]["object"]
+    assert_finding_at(res, "arrow-leak", S, "export-batch", event="export")
+    assert_finding_at(res, "arrow-leak", S, "child-leak", event="release")
+    only(res, ["arrow-leak"])
+    assert_lsan_stderr(res.stderr, "arrow-leak")
+
+
+def test_child_leak_twin_is_clean(tmp_path, py):
+    """The correct batch: moved, a column moved out before the rest is
+    released (legal: its mover releases it), borrowed, never consumed."""
+    res = run(tmp_path, py, "child-leak-twin")
+    assert res.returncode == 0 and "done" in res.stdout, res.describe()
+    assert findings(res.report) == [], res.describe()
+
+
+def test_child_leak_not_seen_without_deep(tmp_path):
+    """arrow_deep=0 wraps no child: the same bug goes unseen (what the
+    option costs is what it finds)."""
+    res = run(tmp_path, INTERPRETERS["static"], "child-leak", ["arrow_deep=0"])
+    assert res.returncode == 0 and "done" in res.stdout, res.describe()
+    assert findings(res.report) == [], res.describe()

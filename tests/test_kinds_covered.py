@@ -55,7 +55,8 @@ COVERED = {
                                     "test_realworld.py::test_numpy_destructor_reentered_protect"],
     "numpy-handler-no-gil": ["test_gil.py::test_numpy_handler_without_gil"],
     "arrow-leak": ["test_arrow_findings.py::test_leak_moved_never_released",
-                   "test_arrow_findings.py::test_leak_capsule_without_destructor"],
+                   "test_arrow_findings.py::test_leak_capsule_without_destructor",
+                   "test_arrow_findings.py::test_child_left_by_parent_release"],
     "arrow-double-release": ["test_arrow_findings.py::test_double_release_copy_not_move",
                              "test_arrow_findings.py::test_double_release_without_protect_really_crashes"],
     "arrow-release-not-cleared": ["test_arrow_findings.py::test_release_not_cleared"],
@@ -65,6 +66,7 @@ COVERED = {
     "arrow-renamed": ["test_arrow_findings.py::test_renamed"],
     "arrow-bad-struct": ["test_arrow_findings.py::test_bad_struct_handed_out_empty",
                          "test_arrow_findings.py::test_bad_struct_device_type"],
+    "arrow-bad-name": ["test_arrow_findings.py::test_bad_name_near_miss"],
 }
 
 

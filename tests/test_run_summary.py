@@ -5,10 +5,11 @@ verbosity=1 asks."""
 import re
 import subprocess
 
-from conftest import SCENARIOS, CAPSAN, STATIC_PY, base_env, findings, run_capsan, summarize
+from conftest import (SCENARIOS, CAPSAN, STATIC_PY, base_env, findings, require_fixtures,
+                      run_capsan, summarize)
 
-LINE = re.compile(r"^capsan: no findings: (\d+) process(?:es)? traced, (\d+) tensors? and "
-                  r"(\d+) NumPy blocks? watched \((\d+) events\)$", re.M)
+LINE = re.compile(r"^capsan: no findings: (\d+) process(?:es)? traced, (\d+) tensors?, "
+                  r"(\d+) NumPy blocks? and (\d+) Arrow structs? watched \((\d+) events\)$", re.M)
 
 
 def test_clean_run_says_what_it_watched(tmp_path):
@@ -16,9 +17,10 @@ def test_clean_run_says_what_it_watched(tmp_path):
     assert res.returncode == 0 and findings(res.report) == [], res.describe()
     m = LINE.search(res.stderr)
     assert m, res.stderr[-3000:]
-    procs, tensors, blocks, events = map(int, m.groups())
-    # 7 arrays to torch and back, each way one export
-    assert procs == 1 and tensors >= 14 and blocks > 0 and events >= tensors, m.group(0)
+    procs, tensors, blocks, arrow, events = map(int, m.groups())
+    # 7 arrays to torch and back, each way one export; no Arrow
+    assert procs == 1 and tensors >= 14 and blocks > 0 and arrow == 0 and events >= tensors, \
+        m.group(0)
     assert res.stderr.rstrip().endswith(m.group(0)), res.stderr[-2000:]
 
 
@@ -40,7 +42,8 @@ def test_nothing_watched_is_said(tmp_path):
                          str(STATIC_PY), "-c", "print('hi')"], capture_output=True, text=True,
                         env=base_env(), timeout=60)
     assert cp.returncode == 0 and cp.stdout == "hi\n", cp.stderr
-    assert "capsan: no findings: no process made a DLPack or NumPy event" in cp.stderr, cp.stderr
+    assert "capsan: no findings: no process made a DLPack, NumPy or Arrow event" in cp.stderr, \
+        cp.stderr
 
 
 def test_bare_preload_is_silent_unless_asked(tmp_path):
@@ -48,6 +51,46 @@ def test_bare_preload_is_silent_unless_asked(tmp_path):
     assert quiet.returncode == 0 and "no findings" not in quiet.stderr, quiet.describe()
     loud = run_capsan(SCENARIOS / "clean_roundtrip.py", tmp_path / "v", mode="preload",
                       options=["verbosity=1"])
-    assert re.search(r"==\d+==capsan: no findings: \d+ tensor\(s\) and \d+ NumPy block\(s\) "
-                     r"watched \(\d+ events\)", loud.stderr), loud.stderr[-3000:]
+    assert re.search(r"==\d+==capsan: no findings: \d+ tensor\(s\), \d+ NumPy block\(s\) and "
+                     r"0 Arrow struct\(s\) watched \(\d+ events\)", loud.stderr), loud.stderr[-3000:]
     assert findings(loud.report) == [], summarize(loud.report)
+
+
+def test_clean_arrow_run_counts_its_structs(tmp_path):
+    """The Arrow structs exported are counted, stream chunks included: the
+    arrowfx clean case exports 15 (three (schema, array) pairs consumed; a
+    stream, its get_schema result and its 3 chunks; a (schema, device
+    array) pair; a pair nobody consumed). The live line (verbosity=1) says
+    the same number."""
+    require_fixtures()
+    res = run_capsan(SCENARIOS / "ar_fixtures.py", tmp_path / "r", args=["clean"])
+    assert res.returncode == 0 and findings(res.report) == [], res.describe()
+    m = LINE.search(res.stderr)
+    assert m and int(m.group(4)) == 15 and int(m.group(2)) == 0, res.stderr[-3000:]
+    loud = run_capsan(SCENARIOS / "ar_fixtures.py", tmp_path / "v", args=["clean"],
+                      mode="preload", options=["verbosity=1"])
+    assert re.search(r"==\d+==capsan: no findings: 0 tensor\(s\), 0 NumPy block\(s\) and "
+                     r"15 Arrow struct\(s\) watched", loud.stderr), loud.stderr[-3000:]
+
+
+OLD_END = """
+import os, struct, sys, time
+# a trace of an older writer, whose END ends before `arrow` (64 bytes)
+pid = 1 << 22
+hdr = struct.pack("<8sIIQQQQ2Q", b"CAPSANTR", 2, 64, pid, os.getpid(), time.time_ns(), 1, 0, 0)
+end = struct.pack("<IiQQQQQQII", 1, 0, 2, 0, 0, 9, 5, 7, 0, 0)
+rec = struct.pack("<HHI", 8, 0, 8 + len(end)) + end
+open(sys.argv[1] + "." + str(pid), "wb").write(hdr + rec + bytes(8))
+"""
+
+
+def test_older_end_records_still_summed(tmp_path):
+    """A trace whose END predates the Arrow count is read as 0 Arrow structs:
+    the run's line sums its tensors and blocks with the others'."""
+    log = tmp_path / "t"
+    cp = subprocess.run([str(CAPSAN), "run", "--log-path", str(log), "--",
+                         str(STATIC_PY), "-c", OLD_END, str(log)], capture_output=True, text=True,
+                        env=base_env(), timeout=60)
+    assert cp.returncode == 0, cp.stderr
+    m = LINE.search(cp.stderr)
+    assert m and m.group(1) == "1" and m.groups()[1:4] == ("5", "7", "0"), cp.stderr

@@ -19,6 +19,16 @@ class Frame:
         return fx.export_stream(3, self.n, self.bug)  # <-- export-stream
 
 
+class Batch:
+    """A record batch of `ncols` columns, as a struct array."""
+
+    def __init__(self, ncols=3, n=10, bug=""):
+        self.ncols, self.n, self.bug = ncols, n, bug
+
+    def __arrow_c_array__(self, requested_schema=None):
+        return fx.export_batch(self.ncols, self.n, self.bug)  # <-- export-batch
+
+
 case = sys.argv[1]
 if case == "clean":
     assert fx.consume_array(Frame()) == 45
@@ -54,4 +64,23 @@ elif case == "empty":
     fx.consume_array(Frame(bug="empty"), "borrow")  # <-- empty
 elif case == "bad-device":
     fx.consume_device_array(fx.export_device_array(10, "no_device_type"))  # <-- bad-device
+elif case == "bad-name":
+    # a library written against the interface's first draft: every consumer
+    # asking for the exact names fails; said once per name and call site
+    for _ in range(3):
+        try:
+            fx.consume_array(Frame(bug="draft_names"))  # <-- bad-name
+        except ValueError:
+            pass
+elif case == "bad-name-twin":
+    for _ in range(3):
+        assert fx.consume_array(Frame()) == 45
+elif case == "child-leak":
+    assert fx.consume_array(Batch(3, bug="off_by_one")) == 135  # <-- child-leak
+elif case == "child-leak-twin":
+    assert fx.consume_array(Batch(3)) == 135
+    assert fx.consume_array(Batch(3), "move_column") == 45  # column 0 moved out first
+    assert fx.consume_array(Batch(2), "borrow") == 90
+    caps = Batch(4).__arrow_c_array__()
+    del caps  # never consumed: its destructor releases it
 print("done")

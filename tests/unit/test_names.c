@@ -57,6 +57,52 @@ static const struct {
     {"used_arrow_array", NK_NONE},
 };
 
+/* PyCapsule_New's question (name_kind_new): R40's near misses of the Arrow
+ * names are NK_AR_NEAR there, and nothing to every other hook */
+static const struct {
+    const char *name;
+    int kind;
+} near_cases[] = {
+    {"arrowschema", NK_AR_NEAR},        /* the early drafts' names (apache/arrow PR 37797) */
+    {"arrowarray", NK_AR_NEAR},
+    {"arrowarraystream", NK_AR_NEAR},
+    {"arrow-array", NK_AR_NEAR},
+    {"arrow-schema", NK_AR_NEAR},
+    {"arrow-array-stream", NK_AR_NEAR},
+    {"arrow_device-array", NK_AR_NEAR},
+    {"arrow-device-array-stream", NK_AR_NEAR},
+    {"Arrow_Array", NK_AR_NEAR},
+    {"ARROW_SCHEMA", NK_AR_NEAR},
+    {"arrow_array_streaM", NK_AR_NEAR},
+    {"arrow_array_", NK_AR_NEAR},
+    {"used_arrow_array", NK_AR_NEAR},
+    {"used_arrow_schema", NK_AR_NEAR},
+    {"used_arrow_device_array_stream", NK_AR_NEAR},
+    /* the exact names keep their kinds, other names are nothing */
+    {"arrow_schema", NK_AR_SCHEMA},
+    {"arrow_array", NK_AR_ARRAY},
+    {"arrow_device_array_stream", NK_AR_DEVICE_STREAM},
+    {"used_dltensor", NK_USED},
+    {"dltensor", NK_DL},
+    {"a", NK_NONE},
+    {"A", NK_NONE},
+    {"u", NK_NONE},
+    {"used", NK_NONE},
+    {"used_", NK_NONE},
+    {"arrow", NK_NONE},
+    {"arrow_arra", NK_NONE},
+    {"arrow_array_x", NK_NONE},
+    {"arrays", NK_NONE},
+    {"Array", NK_NONE},
+    {"used_dltensor_", NK_NONE},
+    {"used_arrow", NK_NONE},
+    {"abc_capsule", NK_NONE},
+    {"arrow_array_stream_arrow_array_stream_arrow_array", NK_NONE},
+    {"arrow___________________________________________array", NK_NONE}, /* too long */
+    {"torch.Tensor", NK_NONE},
+    {"_ARRAY_API", NK_NONE},
+};
+
 int main(void)
 {
     long pg = sysconf(_SC_PAGESIZE);
@@ -78,6 +124,28 @@ int main(void)
             CHECK(k == cases[i].kind, "\"%s\" %zu bytes before the guard page: %d, not %d",
                   cases[i].name, back, k, cases[i].kind);
         }
+    }
+    CHECK(name_kind_new(NULL) == NK_NONE, "NULL (PyCapsule_New)");
+    for (size_t i = 0; i < sizeof near_cases / sizeof near_cases[0]; i++) {
+        size_t len = strlen(near_cases[i].name) + 1;
+        for (size_t back = 0; back <= 60; back++) {
+            char *s = map + pg - len - back;
+            memset(map, 'x', (size_t)pg);
+            memcpy(s, near_cases[i].name, len);
+            int k = name_kind_new(s), plain = name_kind(s);
+            CHECK(k == near_cases[i].kind, "new \"%s\" %zu bytes before the guard page: %d, not %d",
+                  near_cases[i].name, back, k, near_cases[i].kind);
+            CHECK(plain == (k == NK_AR_NEAR ? NK_NONE : k), "\"%s\": name_kind %d", near_cases[i].name,
+                  plain);
+        }
+    }
+    /* a near miss with no NUL before the guard page: nothing, no fault */
+    static const char *const near_unterminated[] = {"arrowarray", "Arrow_Array", "used_arrow_array", "a"};
+    for (size_t i = 0; i < sizeof near_unterminated / sizeof near_unterminated[0]; i++) {
+        size_t len = strlen(near_unterminated[i]);
+        char *s = map + pg - len;
+        memcpy(s, near_unterminated[i], len);
+        CHECK(name_kind_new(s) == NK_NONE, "unterminated \"%s\" at the guard page", near_unterminated[i]);
     }
     /* no NUL before the guard page (the C API's contract broken): never
      * a DLPack name, and never a fault */
