@@ -42,7 +42,13 @@ what = sys.argv[1] if len(sys.argv) > 1 else "stream"
 n = int(sys.argv[2]) if len(sys.argv) > 2 else (20_000 if what == "stream" else 100_000)
 schema = pa.schema([("a", pa.int64())])
 batch = pa.record_batch({"a": pa.array(range(8), pa.int64())})
-con = duckdb.connect()
+# one duckdb thread: the stream is scanned on the main thread in every
+# run. With a pool, which thread calls get_next depends on scheduling
+# (callgrind serializes threads): a worker thread has no Python thread
+# state, so pyarrow's PyGILState_Ensure makes and frees one per batch,
+# about 600 instructions a batch that came and went between runs.
+# Threaded scans are tested for findings (test_arrow_peers.py, threads=4).
+con = duckdb.connect(config={"threads": 1})
 df = pl.DataFrame({"a": list(range(8))})
 
 

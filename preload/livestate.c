@@ -13,9 +13,12 @@
 #define SLOTS_PER_REC 128
 #define MAX_RECS 4096 /* per pool: 512 Ki live objects each; then no slot */
 
+/* A pool is its stripe's (objtable.c: pool_of), used under that stripe's
+ * lock. Its list of records grows by doubling: most pools hold one or
+ * two records, and 64 fixed lists of MAX_RECS would be 2 MiB zeroed */
 typedef struct pool {
-    cs_live_slot *recs[MAX_RECS];
-    uint32_t nrecs;
+    cs_live_slot **recs;
+    uint32_t nrecs, caprecs;
     uint32_t free_head; /* slot index + 1, 0 = none */
     uint32_t gen;       /* trace generation the records are in */
 } pool;
@@ -38,6 +41,14 @@ static int grow(pool *pl)
 {
     if (pl->nrecs == MAX_RECS)
         return -1;
+    if (pl->nrecs == pl->caprecs) {
+        uint32_t cap = pl->caprecs ? pl->caprecs * 2 : 4;
+        cs_live_slot **r = realloc(pl->recs, cap * sizeof *r);
+        if (!r)
+            return -1;
+        pl->recs = r;
+        pl->caprecs = cap;
+    }
     cs_rec *hdr;
     cs_rec_live *r = cs_trace_begin(CS_REC_LIVE, sizeof *r + SLOTS_PER_REC * sizeof(cs_live_slot),
                                     &hdr);

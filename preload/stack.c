@@ -355,6 +355,8 @@ typedef struct rentry {
     uint64_t memo_py[RMEMO];
 } rentry;
 
+typedef struct lentry { const void *code; int lasti; int line; uint32_t code_id; } lentry;
+
 typedef struct cs_stack_cache {
     centry e[CSETS][CWAYS];
     rentry chain[RSETS][RWAYS];
@@ -373,7 +375,12 @@ typedef struct cs_stack_cache {
                                    * reads only inside it (not on a
                                    * sigaltstack, not on foreign stacks) */
     uint8_t victim[CSETS];
-    struct { const void *code; int lasti; int line; uint32_t code_id; } lines[LSETS];
+    /* (code, instruction) -> line, two ways a set, filled in turn:
+     * one way a set thrashed when two hot frames met in a set (how code
+     * objects lie in memory decides it: a PYTHONPATH entry more made
+     * polars' round trip 13% dearer, PyCode_Addr2Line twice an iteration) */
+    lentry lines[LSETS][2];
+    uint8_t lvictim[LSETS];
     uint8_t eval_depth[32]; /* per site: raw frames up to the eval loop, learned */
     /* a Python-only stack's id by its frames (a NumPy free, a capture
      * without native frames): what the chain memo is for native chains */
@@ -502,19 +509,21 @@ static int python_frames(cs_stack_cache *c, uint64_t *out, int max, int gil, int
         unsigned slot = (unsigned)(((uintptr_t)co >> 4) ^ (unsigned)lasti * 2654435761u) % LSETS;
         int line;
         uint32_t id;
-        if (c->lines[slot].code == co && c->lines[slot].lasti == lasti) {
-            line = c->lines[slot].line;
-            id = c->lines[slot].code_id;
+        lentry *w = c->lines[slot];
+        if (w[0].code == co && w[0].lasti == lasti) {
+            line = w[0].line;
+            id = w[0].code_id;
+        } else if (w[1].code == co && w[1].lasti == lasti) {
+            line = w[1].line;
+            id = w[1].code_id;
         } else {
             id = code_id(co, gil);
             if (!id)
                 break;
             line = cs_py.Code_Addr2Line(co, lasti * 2);
             if (!code_at(id)->weak) { /* a weak entry is checked at each use */
-                c->lines[slot].code = co;
-                c->lines[slot].lasti = lasti;
-                c->lines[slot].line = line;
-                c->lines[slot].code_id = id;
+                w[c->lvictim[slot]] = (lentry){.code = co, .lasti = lasti, .line = line, .code_id = id};
+                c->lvictim[slot] ^= 1;
             }
         }
         if (code_at(id)->importlib)
