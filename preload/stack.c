@@ -350,7 +350,7 @@ typedef struct rentry {
     uintptr_t fip[RMAXF];
     /* the stack id this chain gave last, and the Python frames it had:
      * a loop repeats both, and then needs no hashing at all */
-    uint32_t memo_id;
+    uint32_t memo_id, memo_gen; /* memo_gen: the trace its frames were written to */
     uint8_t memo_npy, memo_importing;
     uint64_t memo_py[RMEMO];
 } rentry;
@@ -384,7 +384,7 @@ typedef struct cs_stack_cache {
     uint8_t eval_depth[32]; /* per site: raw frames up to the eval loop, learned */
     /* a Python-only stack's id by its frames (a NumPy free, a capture
      * without native frames): what the chain memo is for native chains */
-    struct { uint32_t id; uint8_t n, importing; uint64_t v[RMEMO]; } pymemo[PYMEMO];
+    struct { uint32_t id, gen; uint8_t n, importing; uint64_t v[RMEMO]; } pymemo[PYMEMO];
 } cs_stack_cache;
 
 void cs_stack_cache_free(cs_stack_cache *c) { free(c); }
@@ -626,6 +626,9 @@ static uint32_t tree_insert(const uint64_t *vals, int n)
     for (int i = n - 1; i >= 0 && (i == n - 1 || parent); i--)
         parent = node_get(parent, vals[i]);
     pthread_mutex_unlock(&tree_mu);
+    /* nodes made before a fork are in the parent's trace only: the
+     * child's gets them when first used there */
+    cs_stack_ensure(parent);
     return parent;
 }
 
@@ -850,6 +853,7 @@ uint32_t cs_stack_capture(cs_thread *t, int gil, int python_only, unsigned site)
     if (first && (gil ? eval_hi != 0 : 1) && unw_cur_step && cs_opt.fast_unwind)
         slot0 = first;
     rentry *hit = NULL;
+    uint32_t nhit = 0; /* the chain's frames a hit adds: copied once the memo missed */
     if (slot0) {
         cs_stack_cache *c = t->cache;
         uint32_t g = atomic_load_explicit(&chains_gen, memory_order_relaxed);
@@ -864,9 +868,8 @@ uint32_t cs_stack_capture(cs_thread *t, int gil, int python_only, unsigned site)
     if (hit) {
         /* the same chain as a walk saw before, proven slot by slot */
         vals[n++] = *slot0 & ~CS_FRAME_PY;
-        uint32_t k = hit->nf < (uint32_t)nd - 1 ? hit->nf : (uint32_t)nd - 1;
-        memcpy(vals + n, hit->fip, k * sizeof vals[0]);
-        n += (int)k;
+        nhit = hit->nf < (uint32_t)nd - 1 ? hit->nf : (uint32_t)nd - 1;
+        n += (int)nhit;
     } else if (nd > 0 && unw_bt) {
         void *ips[WALK_MAX];
         /* capsan's own frames (capture, emit, the hook and what lies
@@ -920,28 +923,42 @@ uint32_t cs_stack_capture(cs_thread *t, int gil, int python_only, unsigned site)
     t->importing = importing;
     if (n == 0)
         return 0;
+    /* a loop repeats its stack: its id is remembered with the chain it
+     * hit, or by its Python frames alone; the frames are written to the
+     * trace once per file (a forked child's is another) */
+    uint32_t gen = cs_trace_gen();
     if (hit && hit->memo_id && hit->memo_npy == npy && same_words(hit->memo_py, vals + nnat, npy)) {
-        cs_stack_ensure(hit->memo_id);
+        if (hit->memo_gen != gen) {
+            cs_stack_ensure(hit->memo_id);
+            hit->memo_gen = gen;
+        }
         t->importing = hit->memo_importing;
         return hit->memo_id;
     }
+    if (hit)
+        memcpy(vals + 1, hit->fip, nhit * sizeof vals[0]);
     __typeof__(&t->cache->pymemo[0]) pm = NULL;
     if (!nnat && npy <= RMEMO) {
         pm = &t->cache->pymemo[(vals[0] ^ vals[0] >> 29 ^ (uint64_t)npy) % PYMEMO];
         if (pm->id && pm->n == npy && same_words(pm->v, vals, npy)) {
-            cs_stack_ensure(pm->id);
+            if (pm->gen != gen) {
+                cs_stack_ensure(pm->id);
+                pm->gen = gen;
+            }
             t->importing = pm->importing;
             return pm->id;
         }
     }
-    uint32_t id = stack_id(t, vals, n, importing);
+    uint32_t id = stack_id(t, vals, n, importing); /* its frames are in this trace now */
     if (hit && npy <= RMEMO && id) {
         hit->memo_id = id;
+        hit->memo_gen = gen;
         hit->memo_npy = (uint8_t)npy;
         hit->memo_importing = (uint8_t)t->importing;
         memcpy(hit->memo_py, vals + nnat, (size_t)npy * sizeof vals[0]);
     } else if (pm && id) {
         pm->id = id;
+        pm->gen = gen;
         pm->n = (uint8_t)npy;
         pm->importing = (uint8_t)t->importing;
         memcpy(pm->v, vals, (size_t)npy * sizeof vals[0]);
