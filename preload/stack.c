@@ -334,8 +334,23 @@ typedef struct centry {
 #define LEARN_MAX (4 * LEARN_COST)
 #define RMAXF 24
 #define RMEMO 8
+#define RMEMOS 2 /* memo_victim ^ 1 is the other */
 #define PYMEMO 8
 #define WALK_MAX (128 + 16) /* frames an unwind may fill: native_depth's 128 and capsan's */
+typedef struct memo {
+    uint32_t id, gen; /* gen: the trace its frames were written to */
+    uint8_t npy, importing;
+    /* raw: the same Python frames as the interpreter holds them, each
+     * frame's code object and instruction and which are entry frames.
+     * Set once the stack repeats, when capsan holds every one of those
+     * code objects (a code pointer then names one object): it proves the
+     * memo without a line lookup */
+    uint8_t raw, entry;
+    uint64_t py[RMEMO];
+    const void *co[RMEMO];
+    uint64_t ip[RMEMO];
+} memo;
+
 typedef struct rentry {
     uintptr_t ret0;      /* the first return address outside capsan; 0 = empty */
     uint16_t n;          /* frames after it: up to the eval loop with the GIL,
@@ -348,11 +363,11 @@ typedef struct rentry {
      * addresses: CS_FRAME_PY clear) */
     uint16_t nf;
     uintptr_t fip[RMAXF];
-    /* the stack id this chain gave last, and the Python frames it had:
-     * a loop repeats both, and then needs no hashing at all */
-    uint32_t memo_id, memo_gen; /* memo_gen: the trace its frames were written to */
-    uint8_t memo_npy, memo_importing;
-    uint64_t memo_py[RMEMO];
+    /* the stacks this chain gave last, with their Python frames: a loop
+     * repeats them, and then needs no hashing at all (two: numpy's alloc
+     * chain serves np.empty and np.ones in one loop) */
+    memo memo[RMEMOS];
+    uint8_t memo_victim; /* the one a new stack replaces: not the last used */
 } rentry;
 
 typedef struct lentry { const void *code; int lasti; int line; uint32_t code_id; } lentry;
@@ -495,14 +510,20 @@ int cs_stack_py_within(int gil, const cs_py_pos *pos)
 }
 
 /* gil == 0: nothing may be interned. *rest: the first frame not recorded. */
-static int python_frames(cs_stack_cache *c, uint64_t *out, int max, int gil, int *importing,
-                         const char **rest)
+/* What python_frames saw, for a memo (rentry.memo_co...): valid when
+ * every frame's code object is one capsan holds */
+typedef struct raw_frames {
+    int strong;
+    unsigned entry;
+    const void *co[RMEMO];
+    uint64_t ip[RMEMO];
+} raw_frames;
+
+static int python_frames(cs_stack_cache *c, const char *f, uint64_t *out, int max, int gil,
+                         int *importing, const char **rest, raw_frames *raw)
 {
     const cs_pylayout *l = cs_py.layout;
-    if (!l || max <= 0)
-        return 0;
     int n = 0;
-    const char *f = top_frame(l, gil);
     for (; f && n < max; f = code_frame(l, AT(f, l->f_back, const char *))) {
         code_obj *co = AT(f, l->f_code, code_obj *);
         int lasti = frame_lasti(l, f, (const char *)co);
@@ -528,10 +549,57 @@ static int python_frames(cs_stack_cache *c, uint64_t *out, int max, int gil, int
         }
         if (code_at(id)->importlib)
             *importing = 1;
-        out[n++] = CS_FRAME_PY_VALUE(id, line < 0 ? 0 : line, is_entry(l, f));
+        int entry = is_entry(l, f);
+        if (raw && n < RMEMO) {
+            raw->strong &= !code_at(id)->weak;
+            raw->entry |= (unsigned)entry << n;
+            raw->co[n] = co;
+            raw->ip[n] = frame_instr(l, f);
+        }
+        out[n++] = CS_FRAME_PY_VALUE(id, line < 0 ? 0 : line, entry);
     }
     *rest = f;
     return n;
+}
+
+/* A walk cut short (a code object capsan could not name) or made
+ * without a hold on every code object is no raw memo (the caller says) */
+static void memo_raw_set(memo *m, const raw_frames *raw, int npy)
+{
+    m->raw = 1;
+    m->entry = (uint8_t)raw->entry;
+    memcpy(m->co, raw->co, (size_t)npy * sizeof raw->co[0]);
+    memcpy(m->ip, raw->ip, (size_t)npy * sizeof raw->ip[0]);
+}
+
+/* The thread's Python frames are the memo's, as raw_frames recorded
+ * them: the same code objects at the same instructions (so the same
+ * lines), entry frames alike, and the walk ends where it did (the stack's
+ * end, or max frames on). *rest as python_frames says it. */
+static int raw_same(const memo *m, const char *f, int max, const char **rest)
+{
+    const cs_pylayout *l = cs_py.layout;
+    for (int i = 0; i < m->npy; i++) {
+        if (!f || AT(f, l->f_code, const void *) != m->co[i] || frame_instr(l, f) != m->ip[i] ||
+            is_entry(l, f) != (int)(m->entry >> i & 1))
+            return 0;
+        f = code_frame(l, AT(f, l->f_back, const char *));
+    }
+    if (f && m->npy < max)
+        return 0; /* deeper than the memo's stack */
+    *rest = f;
+    return 1;
+}
+
+/* A memo's stack: its frames written to this trace once per file */
+static uint32_t memo_use(cs_thread *t, memo *m, uint32_t gen)
+{
+    if (m->gen != gen) {
+        cs_stack_ensure(m->id);
+        m->gen = gen;
+    }
+    t->importing = m->importing;
+    return m->id;
 }
 
 /* ---- the tree ---- */
@@ -916,8 +984,21 @@ uint32_t cs_stack_capture(cs_thread *t, int gil, int python_only, unsigned site)
                 vals[n++] = (uint64_t)(uintptr_t)ips[i] & ~CS_FRAME_PY;
     }
     int importing = 0, nnat = n, npy = 0;
-    if (pd > 0 && (gil || cs_py_live())) {
-        n += npy = python_frames(t->cache, vals + n, pd, gil, &importing, &t->py_rest);
+    uint32_t gen = cs_trace_gen();
+    raw_frames raw = {.strong = 1};
+    if (pd > 0 && cs_py.layout && (gil || cs_py_live())) {
+        const char *top = top_frame(cs_py.layout, gil);
+        if (hit)
+            for (int k = 0; k < RMEMOS; k++)
+                if (hit->memo[k].raw && raw_same(&hit->memo[k], top, pd, &t->py_rest)) {
+                    /* a stack this chain gave before: no lookups (a loop
+                     * alternating two finds each in its place: no MRU) */
+                    t->py_walked = 1;
+                    hit->memo_victim = (uint8_t)(k ^ 1);
+                    return memo_use(t, &hit->memo[k], gen);
+                }
+        n += npy = python_frames(t->cache, top, vals + n, pd, gil, &importing, &t->py_rest,
+                                 hit ? &raw : NULL);
         t->py_walked = 1;
     }
     t->importing = importing;
@@ -926,15 +1007,17 @@ uint32_t cs_stack_capture(cs_thread *t, int gil, int python_only, unsigned site)
     /* a loop repeats its stack: its id is remembered with the chain it
      * hit, or by its Python frames alone; the frames are written to the
      * trace once per file (a forked child's is another) */
-    uint32_t gen = cs_trace_gen();
-    if (hit && hit->memo_id && hit->memo_npy == npy && same_words(hit->memo_py, vals + nnat, npy)) {
-        if (hit->memo_gen != gen) {
-            cs_stack_ensure(hit->memo_id);
-            hit->memo_gen = gen;
+    int raw_ok = raw.strong && npy > 0 && npy <= RMEMO && (npy == pd || !t->py_rest);
+    if (hit)
+        for (int k = 0; k < RMEMOS; k++) {
+            memo *m = &hit->memo[k];
+            if (m->id && m->npy == npy && same_words(m->py, vals + nnat, npy)) {
+                if (raw_ok) /* it repeats: prove it from the raw frames next time */
+                    memo_raw_set(m, &raw, npy);
+                hit->memo_victim = (uint8_t)(k ^ 1);
+                return memo_use(t, m, gen);
+            }
         }
-        t->importing = hit->memo_importing;
-        return hit->memo_id;
-    }
     if (hit)
         memcpy(vals + 1, hit->fip, nhit * sizeof vals[0]);
     __typeof__(&t->cache->pymemo[0]) pm = NULL;
@@ -951,11 +1034,14 @@ uint32_t cs_stack_capture(cs_thread *t, int gil, int python_only, unsigned site)
     }
     uint32_t id = stack_id(t, vals, n, importing); /* its frames are in this trace now */
     if (hit && npy <= RMEMO && id) {
-        hit->memo_id = id;
-        hit->memo_gen = gen;
-        hit->memo_npy = (uint8_t)npy;
-        hit->memo_importing = (uint8_t)t->importing;
-        memcpy(hit->memo_py, vals + nnat, (size_t)npy * sizeof vals[0]);
+        memo *m = &hit->memo[hit->memo_victim];
+        hit->memo_victim ^= 1;
+        m->id = id;
+        m->gen = gen;
+        m->npy = (uint8_t)npy;
+        m->importing = (uint8_t)t->importing;
+        memcpy(m->py, vals + nnat, (size_t)npy * sizeof vals[0]);
+        m->raw = 0; /* proven from the raw frames once it repeats */
     } else if (pm && id) {
         pm->id = id;
         pm->gen = gen;

@@ -3,7 +3,9 @@ a native chain only when every return address on the stack still matches
 it, so it must give exactly the stacks libunwind gives every time."""
 from collections import Counter
 
-from conftest import SCENARIOS, findings, run_capsan
+import pytest
+
+from conftest import ALL_PYTHONS, CURRENT, SCENARIOS, current_python, findings, run_capsan
 
 S = SCENARIOS / "stack_chains.py"
 
@@ -24,9 +26,15 @@ def stacks(report):
     return out
 
 
-def test_fast_unwind_gives_libunwinds_stacks(tmp_path):
-    fast = run_capsan(S, tmp_path / "fast", options=["fast_unwind=1"])
-    slow = run_capsan(S, tmp_path / "slow", options=["fast_unwind=0"])
+@pytest.mark.parametrize("tag", sorted(ALL_PYTHONS))
+def test_fast_unwind_gives_libunwinds_stacks(tmp_path, tag):
+    """On every interpreter: a chain hit's Python frames are proven from
+    the frames as each CPython lays them out (code object, instruction,
+    entry frame), the memo of two stacks a chain keeps is replaced as
+    stacks come and go, and every stack is still the one a walk gives."""
+    py = current_python(tag) if tag in CURRENT else ALL_PYTHONS[tag]
+    fast = run_capsan(S, tmp_path / "fast", options=["fast_unwind=1"], interpreter=py)
+    slow = run_capsan(S, tmp_path / "slow", options=["fast_unwind=0"], interpreter=py)
     for r in (fast, slow):
         assert "done" in r.stdout, r.describe()
         assert r.returncode == 23, r.describe()
