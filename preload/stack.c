@@ -985,7 +985,9 @@ uint32_t cs_stack_capture(cs_thread *t, int gil, int python_only, unsigned site)
     }
     int importing = 0, nnat = n, npy = 0;
     uint32_t gen = cs_trace_gen();
-    raw_frames raw = {.strong = 1};
+    raw_frames raw; /* only what a walk fills is read: no zeroing */
+    raw.strong = 1;
+    raw.entry = 0;
     if (pd > 0 && cs_py.layout && (gil || cs_py_live())) {
         const char *top = top_frame(cs_py.layout, gil);
         if (hit)
