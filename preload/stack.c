@@ -370,6 +370,15 @@ typedef struct rentry {
     uint8_t memo_victim; /* the one a new stack replaces: not the last used */
 } rentry;
 
+/* cs_stack_importing's last walk (import_below) */
+#define IMEMO 48
+#define IMEMOS 4 /* by the top frame: a loop's allocations come from a few */
+typedef struct imemo {
+    int n, verdict;
+    const char *f[IMEMO];
+    const void *co[IMEMO], *fn[IMEMO];
+} imemo;
+
 typedef struct lentry { const void *code; int lasti; int line; uint32_t code_id; } lentry;
 
 typedef struct cs_stack_cache {
@@ -400,6 +409,7 @@ typedef struct cs_stack_cache {
     /* a Python-only stack's id by its frames (a NumPy free, a capture
      * without native frames): what the chain memo is for native chains */
     struct { uint32_t id, gen; uint8_t n, importing; uint64_t v[RMEMO]; } pymemo[PYMEMO];
+    imemo imemo[IMEMOS];
 } cs_stack_cache;
 
 void cs_stack_cache_free(cs_stack_cache *c) { free(c); }
@@ -460,24 +470,59 @@ static const char *top_frame(const cs_pylayout *l, int gil)
 }
 
 /* Does an import machinery frame lie at f or below it? Only the file name
- * is read, in place, so nothing is interned. */
-static int import_below(const cs_pylayout *l, const char *f)
+ * is read, in place, so nothing is interned. The thread's last answer is
+ * kept with the frames it walked (each frame, its code object and that
+ * object's file name object): the same frames again need only loads and
+ * compares, no names. */
+static int import_below(const cs_pylayout *l, const char *f, imemo *m)
 {
-    for (int k = 0; f && k < 1024; k++, f = code_frame(l, AT(f, l->f_back, const char *))) {
-        const char *file = ascii_in_place(AT(AT(f, l->f_code, const char *), l->co_filename,
-                                             const void *));
-        if (file && file[0] == '<' && strncmp(file, "<frozen importlib", 17) == 0)
-            return 1;
+    int i = 0;
+    if (m && m->n) {
+        const char *g = f;
+        for (; g && i < m->n; i++, g = AT(g, l->f_back, const char *)) {
+            const char *co = AT(g, l->f_code, const char *);
+            if (g != m->f[i] || co != m->co[i] ||
+                (co && AT(co, l->co_filename, const void *) != m->fn[i]))
+                break;
+        }
+        if (i == m->n && !g)
+            return m->verdict;
     }
-    return 0;
+    int verdict = 0;
+    for (i = 0; f && i < 1024; i++, f = AT(f, l->f_back, const char *)) {
+        const char *co = AT(f, l->f_code, const char *);
+        const void *fn = NULL;
+        /* a shim's or 3.13's non-code executable is no import */
+        if (co && AT(co, sizeof(intptr_t), const void *) == cs_py.Code_Type) {
+            fn = AT(co, l->co_filename, const void *);
+            const char *file = ascii_in_place(fn);
+            if (file && file[0] == '<' && strncmp(file, "<frozen importlib", 17) == 0)
+                verdict = 1;
+        }
+        if (m && i < IMEMO) {
+            m->f[i] = f;
+            m->co[i] = co;
+            m->fn[i] = fn;
+        }
+    }
+    if (m)
+        m->n = !f && i <= IMEMO ? i : 0; /* a whole chain, or no memo */
+    if (m)
+        m->verdict = verdict;
+    return verdict;
 }
+
+static cs_stack_cache *cache_of(cs_thread *t);
 
 int cs_stack_importing(cs_thread *t, int gil)
 {
     const cs_pylayout *l = cs_py.layout;
     if (!cs_py.ok || !l || !(gil || cs_py_live()))
         return 0;
-    return import_below(l, t->py_walked ? t->py_rest : top_frame(l, gil));
+    cs_stack_cache *c = cache_of(t);
+    const char *f = t->py_walked ? t->py_rest : top_frame(l, gil);
+    uintptr_t h = (uintptr_t)f >> 4;
+    return import_below(l, f, c && f ? &c->imemo[(h ^ h >> 6) % IMEMOS] : NULL);
 }
 
 /* A frame's instruction as one number: f_lasti (3.10) or the pointer to
@@ -891,6 +936,17 @@ static inline int same_words(const uint64_t *a, const uint64_t *b, int n)
     return 1;
 }
 
+static cs_stack_cache *cache_of(cs_thread *t)
+{
+    if (!t->cache) {
+        if (!(t->cache = calloc(1, sizeof *t->cache)))
+            return NULL;
+        thread_stack(t->cache); /* stays 0..0 when unknown: no fast path */
+        t->cache->learn_credit = LEARN_MAX;
+    }
+    return t->cache;
+}
+
 uint32_t cs_stack_capture(cs_thread *t, int gil, int python_only, unsigned site)
 {
     int nd = gil && python_only && cs_opt.python_depth > 0 ? 0 : (int)cs_opt.native_depth;
@@ -901,12 +957,8 @@ uint32_t cs_stack_capture(cs_thread *t, int gil, int python_only, unsigned site)
         pd = 128;
     if (nd <= 0 && pd <= 0)
         return 0;
-    if (!t->cache) {
-        if (!(t->cache = calloc(1, sizeof *t->cache)))
-            return 0;
-        thread_stack(t->cache); /* stays 0..0 when unknown: no fast path */
-        t->cache->learn_credit = LEARN_MAX;
-    }
+    if (!cache_of(t))
+        return 0;
     uint64_t vals[MAXF + 16];
     int n = 0;
     const uintptr_t *slot0 = NULL;

@@ -16,8 +16,9 @@ import sys
 
 import pytest
 
-from conftest import (DEFAULT_EXITCODE, SCENARIOS, STATIC_PY, assert_lsan_stderr, findings,
-                      marker_line, is_signal, kinds, process_of, run_capsan, run_plain)
+from conftest import (DEFAULT_EXITCODE, SCENARIOS, STATIC_PY, assert_lsan_stderr, events_at,
+                      findings, marker_line, is_signal, kinds, process_of, run_capsan, run_plain,
+                      summarize)
 
 sys.path.insert(0, str(SCENARIOS))
 from np_testlib import assert_at, np_env, numpy_version, run_api, summarize_list  # noqa: E402
@@ -408,3 +409,22 @@ def check_bad_handler_trace(tmp_path, py=STATIC_PY):
 def test_bad_handler_trace(tmp_path):
     check_bad_handler_trace(tmp_path)
 
+
+
+@pytest.mark.parametrize("stacks", ["", "python_depth=1", "python_depth=0:native_depth=0"])
+def test_module_data_told_from_leaks_in_deep_stacks(tmp_path, stacks):
+    """Arrays an extension keeps forever, made 5, 30 and 70 frames deep:
+    while a module is imported they are module data, otherwise leaks. The
+    import machinery's frames lie below the frames a stack keeps (or there
+    are none, stacks off), so the walk of the rest tells; it is remembered
+    per thread and proven frame by frame, also past the 48 frames it keeps."""
+    script = SCENARIOS / "np_deep_import.py"
+    opts = [o for o in stacks.split(":") if o]
+    res = run_capsan(script, tmp_path, options=opts, env={"TMPD": str(tmp_path)})
+    assert "done" in res.stdout, res.describe()
+    leaks = findings(res.report, "numpy-leak")
+    assert len(leaks) == 6, summarize(res.report)  # the six leak() calls, no import
+    if not stacks:
+        line = marker_line(script, "leak")
+        for f in leaks:
+            assert events_at(f, script, line, "alloc"), f
