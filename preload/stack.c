@@ -335,21 +335,29 @@ typedef struct centry {
 #define RMAXF 24
 #define RMEMO 8
 #define RMEMOS 2 /* memo_victim ^ 1 is the other */
-#define PYMEMO 8
+#define PYMEMO 32
 #define WALK_MAX (128 + 16) /* frames an unwind may fill: native_depth's 128 and capsan's */
 typedef struct memo {
     uint32_t id, gen; /* gen: the trace its frames were written to */
     uint8_t npy, importing;
-    /* raw: the same Python frames as the interpreter holds them, each
-     * frame's code object and instruction and which are entry frames.
-     * Set once the stack repeats, when capsan holds every one of those
-     * code objects (a code pointer then names one object): it proves the
-     * memo without a line lookup */
-    uint8_t raw, entry;
-    uint64_t py[RMEMO];
-    const void *co[RMEMO];
-    uint64_t ip[RMEMO];
+    /* raw: its frames (memo_frames) hold the same Python frames as the
+     * interpreter holds them, each frame's code object and instruction,
+     * and entry says which are entry frames. Set once the stack repeats,
+     * when capsan holds every one of those code objects (a code pointer
+     * then names one object): it proves the memo without a line lookup */
+    uint8_t raw;
+    uint32_t entry;
 } memo;
+
+/* A memo's frames, apart from the chain (a chain relearnt in its place
+ * resets the memo, not these), made at its first use: a deep stack's
+ * (pytest's) Python frames are proven as cheaply as a loop's two */
+#define MEMO_PY 32 /* python_depth's default */
+typedef struct memo_frames {
+    uint64_t py[MEMO_PY];
+    const void *co[MEMO_PY];
+    uint64_t ip[MEMO_PY];
+} memo_frames;
 
 typedef struct rentry {
     uintptr_t ret0;      /* the first return address outside capsan; 0 = empty */
@@ -408,11 +416,30 @@ typedef struct cs_stack_cache {
     uint8_t eval_depth[32]; /* per site: raw frames up to the eval loop, learned */
     /* a Python-only stack's id by its frames (a NumPy free, a capture
      * without native frames): what the chain memo is for native chains */
-    struct { uint32_t id, gen; uint8_t n, importing; uint64_t v[RMEMO]; } pymemo[PYMEMO];
+    memo pymemo[PYMEMO]; /* by the top frame's code object and instruction */
+    memo_frames *pyfr[PYMEMO];
+    memo_frames *memofr[RSETS * RWAYS * RMEMOS]; /* by chain slot and memo */
     imemo imemo[IMEMOS];
 } cs_stack_cache;
 
-void cs_stack_cache_free(cs_stack_cache *c) { free(c); }
+void cs_stack_cache_free(cs_stack_cache *c)
+{
+    if (!c)
+        return;
+    for (size_t i = 0; i < sizeof c->memofr / sizeof c->memofr[0]; i++)
+        free(c->memofr[i]);
+    for (int i = 0; i < PYMEMO; i++)
+        free(c->pyfr[i]);
+    free(c);
+}
+
+static memo_frames *frames_of(cs_stack_cache *c, const rentry *e, int k, int make)
+{
+    size_t i = (size_t)(e - &c->chain[0][0]) * RMEMOS + (size_t)k;
+    if (!c->memofr[i] && make)
+        c->memofr[i] = malloc(sizeof *c->memofr[i]);
+    return c->memofr[i];
+}
 
 /* The next frame of the chain that runs code, and whether `f` is the
  * outermost frame of its C-level evaluation (the native stack holds one
@@ -560,8 +587,8 @@ int cs_stack_py_within(int gil, const cs_py_pos *pos)
 typedef struct raw_frames {
     int strong;
     unsigned entry;
-    const void *co[RMEMO];
-    uint64_t ip[RMEMO];
+    const void *co[MEMO_PY];
+    uint64_t ip[MEMO_PY];
 } raw_frames;
 
 static int python_frames(cs_stack_cache *c, const char *f, uint64_t *out, int max, int gil,
@@ -595,7 +622,7 @@ static int python_frames(cs_stack_cache *c, const char *f, uint64_t *out, int ma
         if (code_at(id)->importlib)
             *importing = 1;
         int entry = is_entry(l, f);
-        if (raw && n < RMEMO) {
+        if (raw && n < MEMO_PY) {
             raw->strong &= !code_at(id)->weak;
             raw->entry |= (unsigned)entry << n;
             raw->co[n] = co;
@@ -609,23 +636,24 @@ static int python_frames(cs_stack_cache *c, const char *f, uint64_t *out, int ma
 
 /* A walk cut short (a code object capsan could not name) or made
  * without a hold on every code object is no raw memo (the caller says) */
-static void memo_raw_set(memo *m, const raw_frames *raw, int npy)
+static void memo_raw_set(memo *m, memo_frames *fr, const raw_frames *raw, int npy)
 {
     m->raw = 1;
-    m->entry = (uint8_t)raw->entry;
-    memcpy(m->co, raw->co, (size_t)npy * sizeof raw->co[0]);
-    memcpy(m->ip, raw->ip, (size_t)npy * sizeof raw->ip[0]);
+    m->entry = raw->entry;
+    memcpy(fr->co, raw->co, (size_t)npy * sizeof raw->co[0]);
+    memcpy(fr->ip, raw->ip, (size_t)npy * sizeof raw->ip[0]);
 }
 
 /* The thread's Python frames are the memo's, as raw_frames recorded
  * them: the same code objects at the same instructions (so the same
  * lines), entry frames alike, and the walk ends where it did (the stack's
  * end, or max frames on). *rest as python_frames says it. */
-static int raw_same(const memo *m, const char *f, int max, const char **rest)
+static inline __attribute__((always_inline)) int raw_same(const memo *m, const memo_frames *fr,
+                                                         const char *f, int max, const char **rest)
 {
     const cs_pylayout *l = cs_py.layout;
     for (int i = 0; i < m->npy; i++) {
-        if (!f || AT(f, l->f_code, const void *) != m->co[i] || frame_instr(l, f) != m->ip[i] ||
+        if (!f || AT(f, l->f_code, const void *) != fr->co[i] || frame_instr(l, f) != fr->ip[i] ||
             is_entry(l, f) != (int)(m->entry >> i & 1))
             return 0;
         f = code_frame(l, AT(f, l->f_back, const char *));
@@ -1040,19 +1068,34 @@ uint32_t cs_stack_capture(cs_thread *t, int gil, int python_only, unsigned site)
     raw_frames raw; /* only what a walk fills is read: no zeroing */
     raw.strong = 1;
     raw.entry = 0;
+    memo *pm = NULL; /* a stack of Python frames alone: its memo and frames */
+    memo_frames *pfr = NULL;
     if (pd > 0 && cs_py.layout && (gil || cs_py_live())) {
-        const char *top = top_frame(cs_py.layout, gil);
-        if (hit)
+        const cs_pylayout *l = cs_py.layout;
+        const char *top = top_frame(l, gil);
+        if (hit) {
             for (int k = 0; k < RMEMOS; k++)
-                if (hit->memo[k].raw && raw_same(&hit->memo[k], top, pd, &t->py_rest)) {
+                if (hit->memo[k].raw &&
+                    raw_same(&hit->memo[k], frames_of(t->cache, hit, k, 0), top, pd, &t->py_rest)) {
                     /* a stack this chain gave before: no lookups (a loop
                      * alternating two finds each in its place: no MRU) */
                     t->py_walked = 1;
                     hit->memo_victim = (uint8_t)(k ^ 1);
                     return memo_use(t, &hit->memo[k], gen);
                 }
+        } else if (!nnat && top) {
+            uint64_t h = (uint64_t)(uintptr_t)AT(top, l->f_code, const void *) ^ frame_instr(l, top);
+            unsigned k = (unsigned)((h >> 1 ^ h >> 7 ^ h >> 17) % PYMEMO);
+            pm = &t->cache->pymemo[k];
+            if (!(pfr = t->cache->pyfr[k]) && !(pfr = t->cache->pyfr[k] = malloc(sizeof *pfr)))
+                pm = NULL;
+            else if (pm->raw && raw_same(pm, pfr, top, pd, &t->py_rest)) {
+                t->py_walked = 1;
+                return memo_use(t, pm, gen);
+            }
+        }
         n += npy = python_frames(t->cache, top, vals + n, pd, gil, &importing, &t->py_rest,
-                                 hit ? &raw : NULL);
+                                 hit || pm ? &raw : NULL);
         t->py_walked = 1;
     }
     t->importing = importing;
@@ -1061,47 +1104,47 @@ uint32_t cs_stack_capture(cs_thread *t, int gil, int python_only, unsigned site)
     /* a loop repeats its stack: its id is remembered with the chain it
      * hit, or by its Python frames alone; the frames are written to the
      * trace once per file (a forked child's is another) */
-    int raw_ok = raw.strong && npy > 0 && npy <= RMEMO && (npy == pd || !t->py_rest);
+    int raw_ok = raw.strong && npy > 0 && npy <= MEMO_PY && (npy == pd || !t->py_rest);
     if (hit)
         for (int k = 0; k < RMEMOS; k++) {
             memo *m = &hit->memo[k];
-            if (m->id && m->npy == npy && same_words(m->py, vals + nnat, npy)) {
+            memo_frames *fr;
+            if (m->id && m->npy == npy && (fr = frames_of(t->cache, hit, k, 0)) &&
+                same_words(fr->py, vals + nnat, npy)) {
                 if (raw_ok) /* it repeats: prove it from the raw frames next time */
-                    memo_raw_set(m, &raw, npy);
+                    memo_raw_set(m, fr, &raw, npy);
                 hit->memo_victim = (uint8_t)(k ^ 1);
                 return memo_use(t, m, gen);
             }
         }
     if (hit)
         memcpy(vals + 1, hit->fip, nhit * sizeof vals[0]);
-    __typeof__(&t->cache->pymemo[0]) pm = NULL;
-    if (!nnat && npy <= RMEMO) {
-        pm = &t->cache->pymemo[(vals[0] ^ vals[0] >> 29 ^ (uint64_t)npy) % PYMEMO];
-        if (pm->id && pm->n == npy && same_words(pm->v, vals, npy)) {
-            if (pm->gen != gen) {
-                cs_stack_ensure(pm->id);
-                pm->gen = gen;
-            }
-            t->importing = pm->importing;
-            return pm->id;
-        }
+    if (pm && npy > MEMO_PY)
+        pm = NULL;
+    if (pm && pm->id && pm->npy == npy && same_words(pfr->py, vals, npy)) {
+        if (raw_ok)
+            memo_raw_set(pm, pfr, &raw, npy);
+        return memo_use(t, pm, gen);
     }
     uint32_t id = stack_id(t, vals, n, importing); /* its frames are in this trace now */
-    if (hit && npy <= RMEMO && id) {
+    memo_frames *fr;
+    if (hit && npy <= MEMO_PY && id &&
+        (fr = frames_of(t->cache, hit, hit->memo_victim, 1))) {
         memo *m = &hit->memo[hit->memo_victim];
         hit->memo_victim ^= 1;
         m->id = id;
         m->gen = gen;
         m->npy = (uint8_t)npy;
         m->importing = (uint8_t)t->importing;
-        memcpy(m->py, vals + nnat, (size_t)npy * sizeof vals[0]);
+        memcpy(fr->py, vals + nnat, (size_t)npy * sizeof vals[0]);
         m->raw = 0; /* proven from the raw frames once it repeats */
     } else if (pm && id) {
         pm->id = id;
         pm->gen = gen;
-        pm->n = (uint8_t)npy;
+        pm->npy = (uint8_t)npy;
         pm->importing = (uint8_t)t->importing;
-        memcpy(pm->v, vals, (size_t)npy * sizeof vals[0]);
+        memcpy(pfr->py, vals, (size_t)npy * sizeof vals[0]);
+        pm->raw = 0;
     }
     return id;
 }

@@ -39,6 +39,16 @@ def rotate(n):
         L.keep_forever(np.ones(n))  # <-- rot-2
 
 
+def runs(i):
+    # one line three times in a row (the memo is then proven from the raw
+    # frames), then the other line of the same function, on the same chain
+    for j in range(6):
+        if j < 3:
+            L.keep_forever(np.ones(8))  # <-- run-a
+        else:
+            L.keep_forever(np.ones(8))  # <-- run-b
+
+
 def nested(f, depth, n):
     return f(n) if depth == 0 else nested(f, depth - 1, n)
 
@@ -47,4 +57,10 @@ for i in range(40):
     for f in (direct, through_map, via_sort, consume, rotate):
         nested(f, i % 3, 8 + i % 5)
         rotate(i)
+    # deeper than the 32 Python frames a stack keeps, and around it: the
+    # memo of a deep stack, whole or cut at python_depth
+    nested(direct, 28 + i % 8, 8)
+    nested(rotate, 30 + i % 4, i)
+    runs(i)
+    nested(runs, 33, i)
 print("done")
