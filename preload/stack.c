@@ -656,7 +656,12 @@ static inline __attribute__((always_inline)) int raw_same(const memo *m, const m
         if (!f || AT(f, l->f_code, const void *) != fr->co[i] || frame_instr(l, f) != fr->ip[i] ||
             is_entry(l, f) != (int)(m->entry >> i & 1))
             return 0;
-        f = code_frame(l, AT(f, l->f_back, const char *));
+        /* the next frame that runs code: the very next one when it holds
+         * the memo's next code object (a shim or a frame not yet started
+         * would fail the instruction compare), else as a walk finds it */
+        const char *g = AT(f, l->f_back, const char *);
+        f = g && i + 1 < m->npy && AT(g, l->f_code, const void *) == fr->co[i + 1] ? g
+                                                                                  : code_frame(l, g);
     }
     if (f && m->npy < max)
         return 0; /* deeper than the memo's stack */
