@@ -4,8 +4,8 @@ comparison moves by half its size within an hour; the number of
 instructions a loop iteration executes does not (run to run, a few
 instructions in millions).
 
-Method. Each workload (W1 bench/numpy_alloc.py, W2 bench/roundtrip.py, W3
-bench/xapi_calls.py) runs under `valgrind --tool=callgrind
+Method. Each workload (W1 bench/numpy_alloc.py, W1d the same 50 Python
+frames deep, W2 bench/roundtrip.py, W3 bench/xapi_calls.py) runs under `valgrind --tool=callgrind
 --instr-atstart=no --trace-children=no`: the start-up (import numpy,
 torch) runs uninstrumented, bench/loopmark.py turns instrumentation on
 where the loop starts and dumps a part where it ends (client requests,
@@ -83,6 +83,9 @@ ONLY_STACKS = os.environ.get("BENCH_CG_STACKS", "").replace(",", " ").split()
 WORKLOADS = {
     "W1": ("numpy_alloc.py", "NumPy array creations, one iteration = 5 arrays "
            "(empty, ones, a temporary, a sum, a strided copy)", 5, 10000),
+    # W1 as a test under pytest runs it: 50 Python frames deep (no bar)
+    "W1d": ("numpy_alloc.py deep", "W1's loop 50 Python frames deep, as under pytest, "
+            "one iteration = 5 arrays", 5, 10000),
     "W2": ("roundtrip.py", "numpy<->torch DLPack round trips, one iteration = "
            "2 exchanges", 2, 10000),
     "W3": ("xapi_calls.py", "tvm-ffi calls taking and returning a torch tensor, "
@@ -415,7 +418,7 @@ def main():
                     continue  # the Arrow stack runs W4 only, and only it does
                 if w in ARROW_ONLY:
                     pass
-                elif w != "W1" and info["torch"] is None:
+                elif w not in ("W1", "W1d") and info["torch"] is None:
                     notes.append(f"{sname} {w}: skipped, no torch in {py}")
                     continue
                 if w == "W3" and info["tvm_ffi"] is None:
@@ -453,7 +456,7 @@ def main():
                     notes.append(f"{sname} {w}: {rows[0][1].get('skip', 'skipped')}")
                     continue
                 versions = f"numpy {info['numpy']}" + (
-                    f", torch {info['torch']}" if w not in ("W1", *ARROW_ONLY) else "") + (
+                    f", torch {info['torch']}" if w not in ("W1", "W1d", *ARROW_ONLY) else "") + (
                     f", tvm_ffi {info['tvm_ffi']}" if w == "W3" else "") + (
                     f", pyarrow {info['pyarrow']}, polars {info['polars']}, duckdb "
                     f"{info['duckdb']}" if w in ARROW_ONLY else "")
