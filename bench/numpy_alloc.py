@@ -19,7 +19,31 @@ SIZES = (1, 3, 8, 64, 100, 257, 1000, 2000, 5000)
 iters = n // 5
 
 
-def loop():
+def at_depth(d):
+    """`numpy_alloc.py deep N`: the same loop 50 Python frames deep, as a
+    test under pytest runs (40 to 60): deeper than the 32 frames a stack
+    keeps (in a function: its locals are fast, so its plain count is its own)"""
+    if d:
+        return at_depth(d - 1)
+    loopmark.loop_starts()
+    t = time.perf_counter(), time.process_time()
+    for i in range(iters):
+        k = SIZES[i % len(SIZES)]
+        a = np.empty(k)
+        b = np.ones(k)
+        c = b * 2.0 + b
+        d = c[::2].copy()
+        del a, b, c, d
+    t1 = time.perf_counter(), time.process_time()
+    loopmark.loop_ends()
+    return t, t1
+
+
+if deep:
+    (t0, c0), (t1, c1) = at_depth(50)
+else:
+    loopmark.loop_starts()  # callgrind counts from here (bench/icount.py)
+    t0, c0 = time.perf_counter(), time.process_time()
     for i in range(iters):
         k = SIZES[i % len(SIZES)]
         a = np.empty(k)
@@ -27,22 +51,8 @@ def loop():
         c = b * 2.0 + b          # a temporary (b * 2.0), then the sum
         d = c[::2].copy()
         del a, b, c, d
-
-
-def at_depth(d):
-    """`numpy_alloc.py deep N`: the loop 50 Python frames deep, as a test
-    under pytest runs (40 to 60): deeper than the 32 frames a stack keeps"""
-    if d:
-        return at_depth(d - 1)
-    loopmark.loop_starts()  # callgrind counts from here (bench/icount.py)
-    t = time.perf_counter(), time.process_time()
-    loop()
-    t1 = time.perf_counter(), time.process_time()
+    t1, c1 = time.perf_counter(), time.process_time()
     loopmark.loop_ends()
-    return t, t1
-
-
-(t0, c0), (t1, c1) = at_depth(50 if deep else 0)
 # wall and CPU seconds of the loop alone: on a shared VM the CPU time is
 # the steadier of the two
 print(t1 - t0, c1 - c0)
