@@ -103,6 +103,17 @@ static const struct {
     {"_ARRAY_API", NK_NONE},
 };
 
+/* name, NUL included, placed `back` bytes before the guard page that
+ * follows the page at map (the page filled with 'x' first) */
+static const char *at_page_end(char *map, long pg, const char *name, size_t back)
+{
+    size_t len = strlen(name) + 1;
+    char *s = map + pg - len - back;
+    memset(map, 'x', (size_t)pg);
+    memcpy(s, name, len);
+    return s;
+}
+
 int main(void)
 {
     long pg = sysconf(_SC_PAGESIZE);
@@ -112,33 +123,24 @@ int main(void)
         return 1;
     }
     CHECK(name_kind(NULL) == NK_NONE, "NULL");
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        size_t len = strlen(cases[i].name) + 1;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         /* the NUL on the page's last byte, then every shift back to 40 bytes
          * before it: both the word-wise and the strcmp path */
         for (size_t back = 0; back <= 40; back++) {
-            char *s = map + pg - len - back;
-            memset(map, 'x', (size_t)pg);
-            memcpy(s, cases[i].name, len);
-            int k = name_kind(s);
+            int k = name_kind(at_page_end(map, pg, cases[i].name, back));
             CHECK(k == cases[i].kind, "\"%s\" %zu bytes before the guard page: %d, not %d",
                   cases[i].name, back, k, cases[i].kind);
         }
-    }
     CHECK(name_kind_new(NULL) == NK_NONE, "NULL (PyCapsule_New)");
-    for (size_t i = 0; i < sizeof near_cases / sizeof near_cases[0]; i++) {
-        size_t len = strlen(near_cases[i].name) + 1;
+    for (size_t i = 0; i < sizeof near_cases / sizeof near_cases[0]; i++)
         for (size_t back = 0; back <= 60; back++) {
-            char *s = map + pg - len - back;
-            memset(map, 'x', (size_t)pg);
-            memcpy(s, near_cases[i].name, len);
+            const char *s = at_page_end(map, pg, near_cases[i].name, back);
             int k = name_kind_new(s), plain = name_kind(s);
             CHECK(k == near_cases[i].kind, "new \"%s\" %zu bytes before the guard page: %d, not %d",
                   near_cases[i].name, back, k, near_cases[i].kind);
             CHECK(plain == (k == NK_AR_NEAR ? NK_NONE : k), "\"%s\": name_kind %d", near_cases[i].name,
                   plain);
         }
-    }
     /* a near miss with no NUL before the guard page: nothing, no fault */
     static const char *const near_unterminated[] = {"arrowarray", "Arrow_Array", "used_arrow_array", "a"};
     for (size_t i = 0; i < sizeof near_unterminated / sizeof near_unterminated[0]; i++) {
