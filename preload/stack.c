@@ -333,7 +333,6 @@ typedef struct centry {
 #define LEARN_COST 1024
 #define LEARN_MAX (4 * LEARN_COST)
 #define RMAXF 24
-#define RMEMO 8
 #define RMEMOS 2 /* memo_victim ^ 1 is the other */
 #define PYMEMO 32
 #define WALK_MAX (128 + 16) /* frames an unwind may fill: native_depth's 128 and capsan's */
@@ -433,12 +432,18 @@ void cs_stack_cache_free(cs_stack_cache *c)
     free(c);
 }
 
+/* A memo's frames block, made at its first use when make */
+static memo_frames *frames_at(memo_frames **slot, int make)
+{
+    if (!*slot && make)
+        *slot = malloc(sizeof **slot);
+    return *slot;
+}
+
+/* Chain e's k-th memo's frames */
 static memo_frames *frames_of(cs_stack_cache *c, const rentry *e, int k, int make)
 {
-    size_t i = (size_t)(e - &c->chain[0][0]) * RMEMOS + (size_t)k;
-    if (!c->memofr[i] && make)
-        c->memofr[i] = malloc(sizeof *c->memofr[i]);
-    return c->memofr[i];
+    return frames_at(&c->memofr[(size_t)(e - &c->chain[0][0]) * RMEMOS + (size_t)k], make);
 }
 
 /* The next frame of the chain that runs code, and whether `f` is the
@@ -532,10 +537,10 @@ static int import_below(const cs_pylayout *l, const char *f, imemo *m)
             m->fn[i] = fn;
         }
     }
-    if (m)
+    if (m) {
         m->n = !f && i <= IMEMO ? i : 0; /* a whole chain, or no memo */
-    if (m)
         m->verdict = verdict;
+    }
     return verdict;
 }
 
@@ -581,8 +586,7 @@ int cs_stack_py_within(int gil, const cs_py_pos *pos)
     return 0;
 }
 
-/* gil == 0: nothing may be interned. *rest: the first frame not recorded. */
-/* What python_frames saw, for a memo (rentry.memo_co...): valid when
+/* What python_frames saw, for a memo (memo_frames.co, .ip): valid when
  * every frame's code object is one capsan holds */
 typedef struct raw_frames {
     int strong;
@@ -591,6 +595,7 @@ typedef struct raw_frames {
     uint64_t ip[MEMO_PY];
 } raw_frames;
 
+/* gil == 0: nothing may be interned. *rest: the first frame not recorded. */
 static int python_frames(cs_stack_cache *c, const char *f, uint64_t *out, int max, int gil,
                          int *importing, const char **rest, raw_frames *raw)
 {
@@ -678,6 +683,39 @@ static uint32_t memo_use(cs_thread *t, memo *m, uint32_t gen)
     }
     t->importing = m->importing;
     return m->id;
+}
+
+/* a few words: inline, where memcmp's call costs more than the compare */
+static inline int same_words(const uint64_t *a, const uint64_t *b, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (a[i] != b[i])
+            return 0;
+    return 1;
+}
+
+/* The memo holds these npy Python frame values; raw (the walk's raw
+ * frames, when they may prove it) is kept for the next repeat */
+static inline __attribute__((always_inline)) int memo_repeats(memo *m, memo_frames *fr,
+                                                             const uint64_t *py, int npy,
+                                                             const raw_frames *raw)
+{
+    if (!m->id || m->npy != npy || !fr || !same_words(fr->py, py, npy))
+        return 0;
+    if (raw) /* it repeats: prove it from the raw frames next time */
+        memo_raw_set(m, fr, raw, npy);
+    return 1;
+}
+
+static void memo_store(memo *m, memo_frames *fr, uint32_t id, uint32_t gen, int importing,
+                       const uint64_t *py, int npy)
+{
+    m->id = id;
+    m->gen = gen;
+    m->npy = (uint8_t)npy;
+    m->importing = (uint8_t)importing;
+    memcpy(fr->py, py, (size_t)npy * sizeof py[0]);
+    m->raw = 0; /* proven from the raw frames once it repeats */
 }
 
 /* ---- the tree ---- */
@@ -960,14 +998,6 @@ static void learn_if_repeated(cs_stack_cache *c, const uintptr_t *slot0, void *c
     chain_walk(c, slot0, scratch, gil, nd);
 }
 
-/* a few words: inline, where memcmp's call costs more than the compare */
-static inline int same_words(const uint64_t *a, const uint64_t *b, int n)
-{
-    for (int i = 0; i < n; i++)
-        if (a[i] != b[i])
-            return 0;
-    return 1;
-}
 
 static cs_stack_cache *cache_of(cs_thread *t)
 {
@@ -1092,7 +1122,7 @@ uint32_t cs_stack_capture(cs_thread *t, int gil, int python_only, unsigned site)
             uint64_t h = (uint64_t)(uintptr_t)AT(top, l->f_code, const void *) ^ frame_instr(l, top);
             unsigned k = (unsigned)((h >> 1 ^ h >> 7 ^ h >> 17) % PYMEMO);
             pm = &t->cache->pymemo[k];
-            if (!(pfr = t->cache->pyfr[k]) && !(pfr = t->cache->pyfr[k] = malloc(sizeof *pfr)))
+            if (!(pfr = frames_at(&t->cache->pyfr[k], 1)))
                 pm = NULL;
             else if (pm->raw && raw_same(pm, pfr, top, pd, &t->py_rest)) {
                 t->py_walked = 1;
@@ -1110,46 +1140,27 @@ uint32_t cs_stack_capture(cs_thread *t, int gil, int python_only, unsigned site)
      * hit, or by its Python frames alone; the frames are written to the
      * trace once per file (a forked child's is another) */
     int raw_ok = raw.strong && npy > 0 && npy <= MEMO_PY && (npy == pd || !t->py_rest);
+    const uint64_t *py = vals + nnat;
     if (hit)
-        for (int k = 0; k < RMEMOS; k++) {
-            memo *m = &hit->memo[k];
-            memo_frames *fr;
-            if (m->id && m->npy == npy && (fr = frames_of(t->cache, hit, k, 0)) &&
-                same_words(fr->py, vals + nnat, npy)) {
-                if (raw_ok) /* it repeats: prove it from the raw frames next time */
-                    memo_raw_set(m, fr, &raw, npy);
+        for (int k = 0; k < RMEMOS; k++)
+            if (memo_repeats(&hit->memo[k], frames_of(t->cache, hit, k, 0), py, npy,
+                             raw_ok ? &raw : NULL)) {
                 hit->memo_victim = (uint8_t)(k ^ 1);
-                return memo_use(t, m, gen);
+                return memo_use(t, &hit->memo[k], gen);
             }
-        }
     if (hit)
         memcpy(vals + 1, hit->fip, nhit * sizeof vals[0]);
-    if (pm && npy > MEMO_PY)
-        pm = NULL;
-    if (pm && pm->id && pm->npy == npy && same_words(pfr->py, vals, npy)) {
-        if (raw_ok)
-            memo_raw_set(pm, pfr, &raw, npy);
+    if (pm && memo_repeats(pm, pfr, py, npy, raw_ok ? &raw : NULL))
         return memo_use(t, pm, gen);
-    }
     uint32_t id = stack_id(t, vals, n, importing); /* its frames are in this trace now */
     memo_frames *fr;
-    if (hit && npy <= MEMO_PY && id &&
-        (fr = frames_of(t->cache, hit, hit->memo_victim, 1))) {
-        memo *m = &hit->memo[hit->memo_victim];
+    if (!id || npy > MEMO_PY)
+        return id;
+    if (hit && (fr = frames_of(t->cache, hit, hit->memo_victim, 1))) {
+        memo_store(&hit->memo[hit->memo_victim], fr, id, gen, t->importing, py, npy);
         hit->memo_victim ^= 1;
-        m->id = id;
-        m->gen = gen;
-        m->npy = (uint8_t)npy;
-        m->importing = (uint8_t)t->importing;
-        memcpy(fr->py, vals + nnat, (size_t)npy * sizeof vals[0]);
-        m->raw = 0; /* proven from the raw frames once it repeats */
-    } else if (pm && id) {
-        pm->id = id;
-        pm->gen = gen;
-        pm->npy = (uint8_t)npy;
-        pm->importing = (uint8_t)t->importing;
-        memcpy(pfr->py, vals, (size_t)npy * sizeof vals[0]);
-        pm->raw = 0;
+    } else if (pm) {
+        memo_store(pm, pfr, id, gen, t->importing, py, npy);
     }
     return id;
 }
