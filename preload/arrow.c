@@ -484,6 +484,25 @@ static void check_failed(ar_rec *r, PyObject_ *cap, unsigned code, uint64_t valu
 #define KIDS_MAX_DEPTH 64
 static void wrap_kids(ar_rec *parent, ar_rec *root, void *s, int schema, unsigned depth);
 
+/* r follows s from now on (its release rel, proven writable): the
+ * producer's fields kept in r, the trampolines and r put into s, and with
+ * arrow_deep its children and dictionary followed too (root: the
+ * exported struct r belongs to, depth: r's below it) */
+static void take_over(ar_rec *r, ar_rec *root, void *s, void *rel, unsigned depth)
+{
+    const layout *L = &lay[r->type];
+    r->home = s;
+    r->pd = FIELD(s, L->pd);
+    r->release = rel;
+    if (L->stream)
+        for (int k = 0; k < 3; k++)
+            r->fn[k] = FIELD(s, L->sch + 8 * k);
+    rewrap(s, r, 1);
+    if (cs_opt.arrow_deep && !L->stream)
+        wrap_kids(r, root, s, r->type == CS_AR_SCHEMA, depth);
+    atomic_store(&r->wrapped, 1);
+}
+
 static void wrap_kid(ar_rec *parent, ar_rec *root, void *c, int type, int32_t idx, unsigned depth)
 {
     const layout *L = &lay[type];
@@ -499,14 +518,9 @@ static void wrap_kid(ar_rec *parent, ar_rec *root, void *c, int type, int32_t id
     k->kid = 1;
     k->root = root;
     k->idx = idx;
-    k->home = c;
-    k->pd = FIELD(c, L->pd);
-    k->release = rel;
-    rewrap(c, k, 1);
-    atomic_store(&k->wrapped, 1);
     k->sib = parent->kids;
     parent->kids = k;
-    wrap_kids(k, root, c, type == CS_AR_SCHEMA, depth + 1);
+    take_over(k, root, c, rel, depth + 1);
 }
 
 static void wrap_kids(ar_rec *parent, ar_rec *root, void *s, int schema, unsigned depth)
@@ -557,16 +571,7 @@ static int wrap(ar_rec *r, void *s, unsigned *bad, uint64_t *badval)
     }
     if (!cs_probe_store(&FIELD(s, L->rel), rel))
         return 0; /* read-only */
-    r->home = s;
-    r->pd = FIELD(s, L->pd);
-    r->release = rel;
-    if (L->stream)
-        for (int k = 0; k < 3; k++)
-            r->fn[k] = FIELD(s, L->sch + 8 * k);
-    rewrap(s, r, 1);
-    if (cs_opt.arrow_deep && !L->stream)
-        wrap_kids(r, r, s, r->type == CS_AR_SCHEMA, 0);
-    atomic_store(&r->wrapped, 1);
+    take_over(r, r, s, rel, 0);
     return 1;
 }
 
