@@ -507,3 +507,15 @@ const char *cs_where_name(unsigned region)
 {
     return region < sizeof wheres / sizeof wheres[0] ? wheres[region].name : NULL;
 }
+
+const char *cs_end_unchecked_why(int how)
+{
+    switch (how) {
+    case CS_END_API_EXIT:
+        return "API mode: leaks judged in capsan.trace() scopes, not at exit";
+    case CS_END_STOPPED_EXIT:
+        return "after capsan.stop(): releases since were not seen, no leak check";
+    default:
+        return NULL;
+    }
+}

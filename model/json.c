@@ -98,6 +98,8 @@ static const char *ended_name(int how)
 {
     switch (how) {
     case CS_END_EXIT:
+    case CS_END_API_EXIT:           /* no leak verdict at exit: API mode judged in scopes */
+    case CS_END_STOPPED_EXIT:       /* nor after capsan.stop() */
     case CS_END_HALT:               /* halt_on_error exits the process */
         return "exit";
     case CS_END_QUICK_EXIT:         /* _exit(): leaks judged by reachability */

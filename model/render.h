@@ -94,6 +94,9 @@ void cs_render_text_omitted(cs_out *o, uint64_t pid, unsigned n, long max_findin
 
 /* 1 for the *-leak kinds */
 int cs_kind_is_leak(int kind);
+/* Why an exit had no leak check (CS_END_API_EXIT, CS_END_STOPPED_EXIT),
+ * for the reports' "ended" line; NULL for every other ending. */
+const char *cs_end_unchecked_why(int how);
 /* reported grouped by the stack that made them: leaks, and what was live
  * at _exit */
 int cs_kind_is_grouped(int kind);

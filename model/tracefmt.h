@@ -133,9 +133,14 @@ typedef struct cs_rec_thread {
 } cs_rec_thread;
 
 /* QUICK_EXIT is _exit()/os._exit(): nothing was cleaned up, so, as with
- * LeakSanitizer, no leak check. HALT is halt_on_error. */
+ * LeakSanitizer, no leak check. HALT is halt_on_error. API_EXIT is the
+ * end (exit or _exit) of a process capsan ran in API mode (`import
+ * capsan`): its leaks were judged in capsan.trace() scopes, none at exit.
+ * STOPPED_EXIT is the end of a process that stopped capsan
+ * (capsan.stop()): releases after the stop were not seen, so no leak
+ * check either. */
 enum cs_end_how { CS_END_UNKNOWN = 0, CS_END_EXIT = 1, CS_END_SIGNAL = 2, CS_END_HALT = 3,
-                  CS_END_QUICK_EXIT = 4 };
+                  CS_END_QUICK_EXIT = 4, CS_END_API_EXIT = 5, CS_END_STOPPED_EXIT = 6 };
 
 typedef struct cs_rec_end {
     uint32_t how;         /* cs_end_how */

@@ -54,8 +54,8 @@ void cs_dl_deleter_tramp(void *mt)
          * (cs_capsule_dtor_body): run it as judged, once */
         void (*fn)(void *) = (void (*)(void *))(uintptr_t)t->predicted_fn;
         t->predicted = NULL;
-        if (fn)
-            cs_qr_call(fn, mt, -1); /* released already: its second free is not done */
+        if (fn) /* released already: its second free is not done */
+            cs_qr_call(fn, mt, -1, (void *)cs_dl_deleter_tramp);
         return;
     }
     if (__builtin_expect(cs_dl_pending.mt == mt, 0) && mt) {
@@ -104,7 +104,7 @@ void cs_dl_deleter_tramp(void *mt)
     /* the struct's free is deferred (quarantine.c): a later release
      * still finds the trampoline in its deleter field */
     cs_qr_call((void (*)(void *))(uintptr_t)origin.b, mt,
-               found == 2 ? -1 : (origin.aux & CS_DLV_VERSIONED) != 0);
+               found == 2 ? -1 : (origin.aux & CS_DLV_VERSIONED) != 0, (void *)cs_dl_deleter_tramp);
     cs_dl_err_after(held, err, mt, NULL);
     if (nogil)
         cs_deleter_nogil(0);

@@ -16,7 +16,6 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "deleter.h"
 #include "dltensor.h"
 #include "options.h"
 #include "pyapi.h"
@@ -27,6 +26,8 @@ __thread void *cs_qr_mt __attribute__((tls_model("initial-exec")));
 /* the marked struct's layout: 1 versioned, 0 not; -1: the struct was
  * released already, so its free now is a second one */
 static __thread int qr_versioned __attribute__((tls_model("initial-exec")));
+/* what goes back into a quarantined struct's deleter field */
+static __thread void *qr_rearm __attribute__((tls_model("initial-exec")));
 
 #define QR_CAP 4096      /* quarantine_count's upper bound */
 #define QR_EVICT 8       /* real frees per quarantined block, at most */
@@ -43,19 +44,21 @@ static size_t held_bytes;
 static cs_spin mu = CS_SPIN_INIT;
 static void (*real_pymem_free)(void *);
 
-void cs_qr_call(void (*fn)(void *), void *mt, int versioned)
+void cs_qr_call(void (*fn)(void *), void *mt, int versioned, void *rearm)
 {
     if (cs_opt.quarantine_count <= 0 || !mt) {
         fn(mt);
         return;
     }
-    void *saved = cs_qr_mt;
+    void *saved = cs_qr_mt, *saved_r = qr_rearm;
     int saved_v = qr_versioned;
     cs_qr_mt = mt;
     qr_versioned = versioned;
+    qr_rearm = rearm;
     fn(mt);
     cs_qr_mt = saved;
     qr_versioned = saved_v;
+    qr_rearm = saved_r;
 }
 
 /* The bytes of the struct itself (DLManagedTensor or the versioned one). */
@@ -125,7 +128,7 @@ int cs_qr_take_slow(void *p, unsigned how)
     }
     cs_spin_unlock(&mu);
     if (kept) /* a second release now lands in capsan */
-        *cs_dl_deleter_slot((void *)m, versioned) = (void *)cs_dl_deleter_tramp;
+        *cs_dl_deleter_slot((void *)m, versioned) = qr_rearm;
     for (int i = 0; i < nv; i++)
         free_now(&victims[i]);
     return kept;

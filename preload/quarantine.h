@@ -39,8 +39,9 @@ static inline int cs_qr_take(void *p, unsigned how)
 
 /* Run the deleter fn on mt with its struct's free quarantined: versioned
  * is its layout (1 versioned, 0 not), or -1 for a struct released
- * already, whose free is then not done at all. */
-void cs_qr_call(void (*fn)(void *), void *mt, int versioned);
+ * already, whose free is then not done at all. A quarantined struct gets
+ * `rearm` (the deleter trampoline) back in its deleter field. */
+void cs_qr_call(void (*fn)(void *), void *mt, int versioned, void *rearm);
 
 /* Free every quarantined malloc block: the very end of the process. The
  * PyMem blocks stay (the interpreter is gone). */

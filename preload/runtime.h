@@ -1,8 +1,8 @@
-/* The service every hook calls: the one lifecycle, the emit path, the
- * trace's prologue and the process's ending (runtime.c). Start-up and the
- * process-level hooks (dlopen, exit, fork, crash signals) are start.c's,
- * which starts this service and every hook module; nothing here calls a
- * hook module. */
+/* The service every hook calls: the one lifecycle, the emit path and the
+ * trace's prologue (runtime.c). Start-up and the process-level hooks
+ * (dlopen, exit, fork, crash signals) are start.c's, which starts this
+ * service, the ending (ending.c) and every hook module; nothing here calls
+ * a hook module or the ending. */
 #ifndef CAPSAN_RUNTIME_H
 #define CAPSAN_RUNTIME_H
 
@@ -75,18 +75,19 @@ void cs_findings_summary(void);
 int cs_runtime_api_mode(void);
 
 /* Set up by start.c: the runtime started (api: by `import capsan`), the
- * path of libcapsan.so (its CLI renders report=json), the lifecycle's sink
- * and the trace's prologue, a forked child's fresh COUNTS series. */
+ * lifecycle's sink and the trace's prologue, a forked child's fresh
+ * COUNTS series, what halt_on_error calls (cs_ending_halt). */
 void cs_runtime_begin(int api);
-void cs_runtime_set_self(const char *path);
+extern void (*cs_runtime_halt)(void);
 void cs_runtime_sink(void *ud, const cs_event *ev);
 void cs_runtime_prologue(void);
 void cs_runtime_fork_child(void);
 /* started and not finished */
 int cs_runtime_running(void);
-
-/* Finish the process's trace (leak check when how == CS_END_EXIT) and
- * return the exit status to use. Idempotent. */
-int cs_runtime_finish(int how, int status);
+/* 1 the first time it is called after the start: the process's ending
+ * is the caller's (ending.c) */
+int cs_runtime_end_once(void);
+/* a COUNTS record now (the memory plot's point) */
+void cs_runtime_write_counts(uint64_t now);
 
 #endif

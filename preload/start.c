@@ -27,6 +27,7 @@
 #include "numpy.h"
 #include "options.h"
 #include "probe.h"
+#include "ending.h"
 #include "pyapi.h"
 #include "quarantine.h"
 #include "stack.h"
@@ -145,7 +146,7 @@ static void hook_exit(int status)
 
 static void hook__exit(int status)
 {
-    _exit(cs_runtime_finish(CS_END_QUICK_EXIT, status));
+    _exit(cs_ending_finish(CS_END_QUICK_EXIT, status));
 }
 
 typedef int (*main_fn)(int, char **, char **);
@@ -185,7 +186,7 @@ extern int __cxa_atexit(void (*fn)(void *), void *arg, void *dso);
 static void last_verdict(void *unused)
 {
     (void)unused;
-    int st = cs_runtime_finish(CS_END_EXIT, exit_status);
+    int st = cs_ending_finish(CS_END_EXIT, exit_status);
     cs_qr_flush(); /* nothing runs after this handler */
     if (st != exit_status) {
         fflush(NULL);
@@ -199,7 +200,9 @@ static int verdict_armed;
 
 __attribute__((destructor)) static void capsan_fini(void)
 {
-    if (!verdict_armed || cs_runtime_api_mode())
+    /* API mode has no verdict at exit, but its trace gets its END there
+     * too: without one a reader takes the process for killed */
+    if (!verdict_armed)
         return;
     /* no DSO handle: no library's __cxa_finalize runs it early */
     if (__cxa_atexit(last_verdict, NULL, NULL) != 0)
@@ -372,7 +375,7 @@ static int start(int preload)
                 (int)getpid(), cs_py.major, cs_py.minor);
     Dl_info di;
     if (dladdr((void *)self_marker, &di) && di.dli_fname)
-        cs_runtime_set_self(di.dli_fname);
+        cs_ending_set_self(di.dli_fname);
     cs_lc = cs_lc_create(cs_findings_cb, NULL, 1);
     if (!cs_lc)
         return 0;
@@ -382,6 +385,7 @@ static int start(int preload)
     cs_lc_live_drop = cs_live_drop;
     if (!cs_opt.record_all)
         cs_lc_set_sink(cs_lc, cs_runtime_sink, NULL);
+    cs_runtime_halt = cs_ending_halt;
     cs_findings_init(cs_runtime_api_mode());
     cs_thread_init();
     cs_stack_init((void *)self_marker);
@@ -425,6 +429,8 @@ static int start(int preload)
 
 void capsan_stop(void)
 {
+    if (cs_recording)
+        cs_ending_stopped();
     cs_recording = 0;
     cs_got_restore();
     cs_xapi_restore();

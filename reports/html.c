@@ -173,6 +173,10 @@ static char *ended_text(const cs_html_proc *p)
         return xprintf("halted on error, exit %d", pi->status);
     case CS_END_QUICK_EXIT:
         return xprintf("_exit %d (leaks judged by reachability)", pi->status);
+    case CS_END_API_EXIT:
+    case CS_END_STOPPED_EXIT: /* the status is -1 when capsan did not see it */
+        return pi->status >= 0 ? xprintf("exit %d (%s)", pi->status, cs_end_unchecked_why(pi->ended))
+                               : xprintf("exit (%s)", cs_end_unchecked_why(pi->ended));
     case CS_END_SIGNAL: {
         const char *name = sigabbrev_np(pi->status);
         char *pc = p->end_pc ? xprintf(" at pc 0x%llx%s%s", (unsigned long long)p->end_pc,

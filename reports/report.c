@@ -359,6 +359,14 @@ static void out_ended(cs_out *o, report_ctx *c, int brief)
     case CS_END_QUICK_EXIT:
         cs_outf(o, "_exit %d (leaks judged by reachability)", c->pi.status);
         break;
+    case CS_END_API_EXIT:
+    case CS_END_STOPPED_EXIT: /* the status is -1 when capsan did not see it */
+        if (c->pi.status >= 0)
+            cs_outf(o, "exit %d ", c->pi.status);
+        else
+            cs_outf(o, "exit ");
+        cs_outf(o, "(%s)", cs_end_unchecked_why(c->pi.ended));
+        break;
     case CS_END_SIGNAL: {
         const char *name = sigabbrev_np(c->pi.status);
         if (name)

@@ -31,7 +31,7 @@ int cs_run_summary(const char *log_path, uint64_t since_realtime_ns, FILE *out)
     DIR *d = opendir(dir);
     if (!d)
         return 0;
-    unsigned procs = 0;
+    unsigned procs = 0, stopped = 0;
     uint64_t tensors = 0, blocks = 0, arrow = 0, events = 0;
     int clean = 1;
     struct dirent *de;
@@ -52,6 +52,7 @@ int cs_run_summary(const char *log_path, uint64_t since_realtime_ns, FILE *out)
             tensors += t->end.tensors;
             blocks += t->end.blocks;
             arrow += t->end.arrow; /* 0 in an older END */
+            stopped += t->end.how == CS_END_STOPPED_EXIT;
             events += cs_trace_events_observed(t);
         }
         cs_trace_close(t);
@@ -68,5 +69,8 @@ int cs_run_summary(const char *log_path, uint64_t since_realtime_ns, FILE *out)
                 procs, procs == 1 ? "" : "es", (unsigned long long)tensors,
                 tensors == 1 ? "" : "s", (unsigned long long)blocks, blocks == 1 ? "" : "s",
                 (unsigned long long)arrow, arrow == 1 ? "" : "s", (unsigned long long)events);
+    if (stopped)
+        fprintf(out, "capsan: %u process%s called capsan.stop(): no leak check at %s exit\n",
+                stopped, stopped == 1 ? "" : "es", stopped == 1 ? "its" : "their");
     return 1;
 }

@@ -13,11 +13,14 @@ directory on sys.path).
 """
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import re
 import resource
+import shutil
 import subprocess
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -135,6 +138,10 @@ def no_core():
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 
 
+API_TRACES = Path(tempfile.mkdtemp(prefix="capsan-api-traces-"))
+atexit.register(shutil.rmtree, API_TRACES, True)
+
+
 def base_env(extra: dict | None = None, interpreter=None) -> dict:
     env = dict(os.environ)
     for k in ("LD_PRELOAD", "CAPSAN_OPTIONS", "PYTHONHOME", "PYTHONSTARTUP", "VIRTUAL_ENV"):
@@ -142,6 +149,10 @@ def base_env(extra: dict | None = None, interpreter=None) -> dict:
     env["PYTHONPATH"] = str(fixdir_for(interpreter))
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     env["OMP_NUM_THREADS"] = "1"  # keep torch from spawning a thread pool per process
+    # a program that starts capsan itself (`import capsan`) with no options
+    # of its own writes its trace under the session's temporary directory,
+    # never into the working directory (tests/)
+    env["CAPSAN_OPTIONS"] = f"log_path={API_TRACES / 'capsan.trace'}"
     if extra:
         env.update(extra)
     return env

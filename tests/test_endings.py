@@ -123,3 +123,81 @@ def test_imports_then_os_exit_is_silent(tmp_path, interp):
     res = run_capsan(QE, tmp_path, args=["imports"], interpreter=interp)
     assert res.returncode == 0 and "ending imports" in res.stdout, res.describe()
     assert findings(res.report) == [], summarize(res.report)
+
+
+API_END = '''
+import os, sys
+import numpy as np
+import capsan
+with capsan.trace(check=False) as t:
+    kept = np.ones(100)  # alive at the scope's end and at the process's
+print("scope", sorted({f.kind for f in t.findings}))
+if sys.argv[1] == "_exit":
+    os._exit(3)
+if sys.argv[1] == "exit":
+    sys.exit(4)
+'''
+
+
+@pytest.mark.parametrize("how,status", [("_exit", 3), ("exit", 4), ("return", -1)])
+def test_api_mode_trace_ends_as_an_exit(tmp_path, how, status):
+    """`import capsan`: the process's trace gets its END however it exits,
+    so `capsan report` says how it ended (not "killed") and, as the scopes
+    judged the leaks, judges none at exit (a block alive then is no
+    finding of the replay). main's return goes by without capsan seeing
+    its status: -1."""
+    from conftest import BUILD, capsan_report, process_of, run_plain, trace_files
+    script = tmp_path / "api_end.py"
+    script.write_text(API_END)
+    cp = run_plain(script, args=[how], env={
+        "PYTHONPATH": f"{BUILD / 'python'}:{BUILD / 'tests'}",
+        "CAPSAN_OPTIONS": f"log_path={tmp_path / 't'}"})
+    assert cp.returncode == max(status, 0), cp.stderr[-3000:]
+    assert "scope ['numpy-leak']" in cp.stdout, cp.stdout + cp.stderr[-3000:]
+    traces = trace_files(tmp_path)
+    assert len(traces) == 1, traces
+    _, rep = capsan_report(traces)
+    p = process_of(rep)
+    assert (p["ended"], p["status"]) == ("exit", status), p
+    assert p["findings"] == [], p["findings"]
+    text, _ = capsan_report(traces, fmt="text")
+    assert "API mode: leaks judged in capsan.trace() scopes" in text.stdout + text.stderr, \
+        text.stdout + text.stderr
+    assert "killed" not in text.stdout + text.stderr
+
+
+STOPS = '''
+import numpy as np
+import torch
+import capsan
+a = np.ones(1000)
+t = torch.from_dlpack(a)
+capsan.stop()
+print("start again", capsan.start())
+del a, t  # released unseen: no leak for all that
+try:
+    with capsan.trace():
+        pass
+except RuntimeError as e:
+    print("trace:", e)
+'''
+
+
+def test_exit_after_stop_has_no_leak_check(tmp_path):
+    """capsan.stop() under `capsan run`: the releases after it are not
+    seen, so the exit has no leak check (it would call them leaks); the
+    run's line and the report say why. capsan does not start again, and a
+    capsan.trace() entered then says so instead of passing unjudged."""
+    from conftest import BUILD, PYSHARED, capsan_report, process_of, trace_files
+    res = run_capsan(STOPS, tmp_path, interpreter=PYSHARED,
+                     env={"PYTHONPATH": f"{BUILD / 'python'}:{BUILD / 'tests'}"})
+    assert res.returncode == 0, res.describe()
+    assert "start again False" in res.stdout, res.describe()
+    assert "trace: capsan.trace(): capsan was stopped" in res.stdout, res.describe()
+    assert findings(res.report) == [], res.describe()
+    assert "1 process called capsan.stop(): no leak check at its exit" in res.stderr, res.describe()
+    p = process_of(res.report)
+    assert (p["ended"], p["status"]) == ("exit", 0), p
+    text, _ = capsan_report(trace_files(tmp_path), fmt="text")
+    assert "after capsan.stop(): releases since were not seen, no leak check" in text.stdout + \
+        text.stderr, text.stdout + text.stderr

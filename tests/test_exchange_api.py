@@ -275,7 +275,7 @@ def test_suppression_covers_exchange_tensors(tmp_path, py311):
     assert "dlpack-leak" not in res.stderr.split("SUMMARY")[0], res.stderr[-3000:]
 
 
-def test_describe_shows_torch_table(py311):
+def test_describe_shows_torch_table(tmp_path, py311):
     code = ("import torch, capsan\n"
             "d = capsan.describe(torch.Tensor)\n"
             "print(d.text)\n"
@@ -284,7 +284,8 @@ def test_describe_shows_torch_table(py311):
             "assert all(e['module'] == 'libtorch_python.so' for e in x['entries'].values()), x\n"
             "print(capsan.describe(torch.zeros(2)).text)\n")
     cp = subprocess.run([str(py311), "-c", code], capture_output=True, text=True, timeout=120,
-                        env={**os.environ, "PYTHONPATH": str(BUILD / "python")})
+                        env={**os.environ, "PYTHONPATH": str(BUILD / "python"),
+                             "CAPSAN_OPTIONS": f"log_path={tmp_path / 't'}"})
     assert cp.returncode == 0, cp.stderr[-3000:]
     assert "torch.Tensor: DLPack C exchange API" in cp.stdout, cp.stdout
     assert "managed_tensor_from_py_object_no_sync" in cp.stdout, cp.stdout

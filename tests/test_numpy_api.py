@@ -298,3 +298,26 @@ def test_api_works_under_both_interpreters(tmp_path, interp):
     r = run_api(SCENARIOS / "np_leak.py", tmp_path, args=["keep"], interpreter=interp)
     assert r.returncode == 0, r.describe()
     assert [f["kind"] for f in r.findings] == ["numpy-leak"], r.describe()
+
+
+def test_threads_are_judged_in_the_scope_context_only(tmp_path):
+    """NumPy's handler is per context and a thread starts in a fresh one:
+    arrays kept by threads the scope started are judged only when the
+    threads run in a copy of the scope's context (as the README says)."""
+    out = ok(py("""
+        import contextvars, threading
+        import numpy as np, capsan
+        keep = []
+        def work():
+            for _ in range(5):
+                keep.append(np.ones(50))
+        for copy in (False, True):
+            with capsan.trace(check=False) as t:
+                ts = [threading.Thread(target=contextvars.copy_context().run if copy else work,
+                                       args=(work,) if copy else ()) for _ in range(3)]
+                [x.start() for x in ts]
+                [x.join() for x in ts]
+            print("copy", copy, len(t.findings), sorted({f.kind for f in t.findings}))
+    """, tmp_path)[0])
+    assert "copy False 0 []" in out, out
+    assert "copy True 15 ['numpy-leak']" in out, out

@@ -339,3 +339,36 @@ def test_tensor_leak_fails_its_test(tmp_path):
     # API mode prints nothing live: no finding text outside the plugin's report
     assert "ERROR: capsan:" not in cp.stderr, cp.describe
     assert "Captured stderr" not in cp.stdout, cp.describe
+
+
+STOPPING = """
+import numpy as np
+import capsan
+
+keep = []
+
+
+def test_a_leaks():
+    keep.append(np.ones(100))
+
+
+def test_b_stops():
+    capsan.stop()
+
+
+def test_c_leaks_unseen():
+    keep.append(np.ones(100))
+"""
+
+
+def test_tests_after_a_stop_are_listed_unchecked(tmp_path):
+    """A test that calls capsan.stop() ends checking for the session: the
+    tests after it run unchecked, and the summary names them, rather than
+    passing as checked and clean."""
+    write_tests(tmp_path, STOPPING)
+    cp = pytest_run(tmp_path, ["--capsan", "-p", "no:randomly"])
+    assert cp.returncode == 1, cp.describe
+    assert outcomes(cp) == {"test_a_leaks": "failed"}, cp.describe
+    assert "capsan: 1 test(s) not checked: capsan.stop() was called before them" in cp.stdout, \
+        cp.describe
+    assert "test_sample.py::test_c_leaks_unseen" in cp.stdout.split("not checked")[1], cp.describe

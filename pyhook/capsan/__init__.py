@@ -34,13 +34,17 @@ library_path = _lib.path
 
 
 def start() -> bool:
-    """Start the runtime (idempotent): True when tracing."""
+    """Start the runtime (idempotent): True when tracing. After stop() it
+    stays stopped (False): what was released meanwhile was not seen, so
+    nothing it judged then could be trusted."""
     return _lib.start()
 
 
 def stop() -> None:
-    """Stop recording and restore every patched slot; wrapped destructors,
-    deleters and tracing handlers keep forwarding to the originals."""
+    """Stop recording for good and restore every patched slot; wrapped
+    destructors, deleters and tracing handlers keep forwarding to the
+    originals. The process's exit then has no leak check, and a
+    capsan.trace() entered later raises RuntimeError."""
     _lib.stop()
 
 

@@ -222,8 +222,17 @@ def start() -> bool:
     return on
 
 
+_stopped = False  # capsan.stop() was called: recording does not start again
+
+
 def stop() -> None:
+    global _stopped
+    _stopped = _stopped or bool(call("capsan_active"))
     call("capsan_stop")
+
+
+def stopped() -> bool:
+    return _stopped
 
 
 def active() -> bool:

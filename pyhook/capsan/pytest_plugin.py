@@ -67,6 +67,7 @@ class _SessionState:
         self.results = []             # (nodeid, findings, allowed kinds, outcome)
         self.outside = []             # findings reported outside every test window
         self.last_end = None
+        self.unchecked = []           # tests run after a capsan.stop(): nothing judged
 
 
 # ---- registration -------------------------------------------------------
@@ -139,6 +140,10 @@ def pytest_runtest_protocol(item, nextitem):
         return None
     from _pytest.runner import runtestprotocol
     capsan = _capsan()
+    if capsan._lib.stopped():
+        # an earlier test called capsan.stop(): nothing can be judged now
+        st.unchecked.append(item.nodeid)
+        return None
     _note_outside(st, capsan)
     allow, check = want
     ts = _TestState(capsan.Trace(allow=allow, check=False), allow, check,
@@ -269,6 +274,13 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         return
     from .finding import matches, summary_line
     with_findings = [(nid, fs, allow) for nid, fs, allow, _ in st.results if fs]
+    if st.unchecked:
+        terminalreporter.write_sep("=", f"capsan: {len(st.unchecked)} test(s) not checked: "
+                                        f"capsan.stop() was called before them", yellow=True)
+        for nid in st.unchecked[:10]:
+            terminalreporter.write_line(nid)
+        if len(st.unchecked) > 10:
+            terminalreporter.write_line(f"... and {len(st.unchecked) - 10} more")
     if not with_findings and not st.outside:
         if st.results:
             terminalreporter.write_sep("=", f"capsan: {len(st.results)} traced test(s), no findings",

@@ -84,7 +84,10 @@ class Trace:
 
     def _open(self):
         """Install a fresh tracing handler for the current context."""
-        _lib.start()  # idempotent; the pytest plugin imports capsan without starting it
+        # idempotent; the pytest plugin imports capsan without starting it
+        if not _lib.start() and _lib.stopped():
+            raise RuntimeError("capsan.trace(): capsan was stopped (capsan.stop()) and does not "
+                               "start again in this process; this scope could judge nothing")
         cursor = _lib.findings_count()
         since = _lib.now_ns() if _lib.has("capsan_now_ns") else 0
         h = prev = None

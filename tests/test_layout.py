@@ -1,0 +1,78 @@
+"""The source tree's arrows run one way (issue 19: "preload/ has no circle
+of files"): within preload/, model/ and reports/, a file X.c that includes
+Y.h depends on Y.c, and no chain of such dependencies leads back to X.
+A service every hook calls (runtime.c) must not also reach the code that
+starts or ends the hooks; a circle is reported with its files."""
+import re
+
+import pytest
+
+from conftest import ROOT
+
+INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"/]+)\.h"', re.M)
+
+
+def dependencies(folder):
+    """{module: modules whose header it includes}, for modules with a .c"""
+    mods = {p.stem for p in folder.glob("*.c")}
+    return {m: {i for i in INCLUDE.findall((folder / f"{m}.c").read_text())
+                if i in mods and i != m} for m in mods}
+
+
+def circles(graph):
+    """Strongly connected components of more than one module (Tarjan)."""
+    index, low, stack, on, out = {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_circles_are_found():
+    """The check itself: a two-file and a three-file circle are caught,
+    a chain is not."""
+    assert circles({"a": {"b"}, "b": {"a"}, "c": set()}) == [["a", "b"]]
+    assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == [["a", "b", "c"]]
+    assert circles({"a": {"b"}, "b": {"c"}, "c": set()}) == []
+
+
+@pytest.mark.parametrize("folder", ["preload", "model", "reports"])
+def test_no_circle_of_files(folder):
+    graph = dependencies(ROOT / folder)
+    assert len(graph) > 3, graph
+    assert circles(graph) == [], f"{folder}/: files that depend on each other in a circle"
+
+
+def test_runtime_service_reaches_no_hook_module():
+    """runtime.c, which every hook calls, reaches (through what it
+    includes) neither start.c nor ending.c nor a hook module."""
+    graph = dependencies(ROOT / "preload")
+    seen, todo = set(), ["runtime"]
+    while todo:
+        m = todo.pop()
+        for d in graph[m] - seen:
+            seen.add(d)
+            todo.append(d)
+    assert not seen & {"start", "ending", "capsule", "numpy", "arrow", "xapi", "deleter"}, seen
