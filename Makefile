@@ -19,6 +19,8 @@ B        := build
 PYINC    := $(shell $(PYTHON) -c 'import sysconfig; print(sysconfig.get_paths()["include"])' 2>/dev/null)
 NPINC    := $(shell $(PYTHON) -c 'import numpy; print(numpy.get_include())' 2>/dev/null)
 WARN     := -Wall -Wextra -Werror
+# the one version: the Python package's (`capsan --version`, the dist-info)
+VERSION  := $(shell sed -n 's/^__version__ = "\(.*\)"/\1/p' pyhook/capsan/__init__.py)
 CFLAGS   ?= -O2 -g
 CFLAGS   += -std=c11 -D_GNU_SOURCE $(WARN) -fno-omit-frame-pointer
 # model/: the finding model both link (trace format, lifecycle, kinds and
@@ -59,7 +61,7 @@ $(B)/lib/libcapsan.so: $(RT_OBJ) preload/exports.map
 
 $(B)/obj/cli/%.o: %.c $(wildcard model/*.h model/*.inc reports/*.h)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -Imodel -Ireports -c $< -o $@
+	$(CC) $(CFLAGS) -DCAPSAN_VERSION='"$(VERSION)"' -Imodel -Ireports -c $< -o $@
 
 $(B)/bin/capsan: $(CLI_OBJ)
 	@mkdir -p $(dir $@)
@@ -67,14 +69,14 @@ $(B)/bin/capsan: $(CLI_OBJ)
 
 # the package, and the dist-info that lets pytest autoload its plugin
 # (`pytest --capsan` with build/python on sys.path; make install puts both in a site dir)
-PY_DIST  := $(B)/python/capsan-0.1.dist-info
+PY_DIST  := $(B)/python/capsan-$(VERSION).dist-info
 python: $(PY_OUT) $(PY_DIST)/METADATA $(PY_DIST)/entry_points.txt
 $(B)/python/capsan/%: pyhook/capsan/%
 	@mkdir -p $(dir $@)
 	cp $< $@
 $(PY_DIST)/METADATA: Makefile
 	@mkdir -p $(dir $@)
-	printf 'Metadata-Version: 2.1\nName: capsan\nVersion: 0.1\nSummary: sanitizer for DLPack capsules and NumPy data memory\n' > $@
+	printf 'Metadata-Version: 2.1\nName: capsan\nVersion: $(VERSION)\nSummary: sanitizer for DLPack capsules and NumPy data memory\n' > $@
 $(PY_DIST)/entry_points.txt: Makefile
 	@mkdir -p $(dir $@)
 	printf '[pytest11]\ncapsan = capsan.pytest_plugin\n' > $@

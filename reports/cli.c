@@ -54,7 +54,7 @@ const char cs_usage_text[] =
     "         section per process, children after their parents\n"
     "       capsan help-options\n"
     "         list every CAPSAN_OPTIONS key with its default\n"
-    "       capsan --help\n";
+    "       capsan --help, capsan --version\n";
 
 /* ---- run ------------------------------------------------------------------- */
 
@@ -394,6 +394,10 @@ static int cmd_run(int argc, char **argv)
     return rc;
 }
 
+#ifndef CAPSAN_VERSION /* the build passes the package's (pyhook/capsan/__init__.py) */
+#define CAPSAN_VERSION "unknown"
+#endif
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -407,6 +411,10 @@ int main(int argc, char **argv)
         return cs_cmd_report(argc - 2, argv + 2);
     if (strcmp(cmd, "help-options") == 0)
         return help_options();
+    if (strcmp(cmd, "--version") == 0 || strcmp(cmd, "version") == 0) {
+        printf("capsan %s\n", CAPSAN_VERSION);
+        return 0;
+    }
     if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0 || strcmp(cmd, "help") == 0) {
         fputs(cs_usage_text, stdout);
         return 0;

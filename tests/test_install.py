@@ -191,6 +191,9 @@ def test_pip_install_files(pip_venv):
     assert os.access(pip_venv / "bin" / "capsan", os.X_OK)
     assert shutil.which("capsan", path=clean_env(pip_venv / "bin")["PATH"]) == \
         str(pip_venv / "bin" / "capsan")
+    # the CMake build gives the CLI the package's version too
+    v = run(["capsan", "--version"], env=clean_env(pip_venv / "bin"))
+    assert v.returncode == 0 and v.stdout == "capsan 0.1\n", v.describe
 
 
 def test_pip_capsan_run(pip_venv, tmp_path):

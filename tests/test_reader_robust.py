@@ -12,6 +12,7 @@ import shutil
 import signal
 import struct
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -313,6 +314,11 @@ def test_usage_errors(tmp_path):
     r = subprocess.run([CAPSAN, "help-options"], capture_output=True, text=True)
     assert r.returncode == 0 and re.search(r"log_path\s+string\s+default capsan.trace", r.stdout)
     assert re.search(r"exitcode\s+int\s+default 23", r.stdout)
+    # the package's version, as `python -c 'import capsan; print(capsan.__version__)'`
+    init = (Path(__file__).resolve().parents[1] / "pyhook" / "capsan" / "__init__.py").read_text()
+    version = re.search(r'^__version__ = "([^"]+)"', init, re.M).group(1)
+    r = subprocess.run([CAPSAN, "--version"], capture_output=True, text=True)
+    assert (r.returncode, r.stdout) == (0, f"capsan {version}\n"), (r.returncode, r.stdout, r.stderr)
 
 
 def test_end_record_with_an_unknown_ending(tmp_path):
