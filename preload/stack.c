@@ -999,6 +999,59 @@ static void learn_if_repeated(cs_stack_cache *c, const uintptr_t *slot0, void *c
 }
 
 
+/* No chain hit: unwind (the chain's own walk when it may learn, else
+ * libunwind) and append the foreign frames below capsan's to vals[n..];
+ * returns the new count. Cold: a loop's stacks come from chain hits. */
+static __attribute__((noinline)) int walk_native(cs_thread *t, const uintptr_t *slot0,
+                                                 const uintptr_t *first, int levels, int gil,
+                                                 int nd, unsigned site, uint64_t *vals, int n)
+{
+    void *ips[WALK_MAX];
+    /* capsan's own frames (this one, capture, emit, the hook and what
+     * lies between) sit on top: as many as the frame pointers said, else
+     * the usual three, and this function's */
+    int self = (first ? levels + 1 : 3) + 1;
+    int full = nd + self, cut = -1;
+    if (full > WALK_MAX)
+        full = WALK_MAX;
+    uint8_t *hint = &t->cache->eval_depth[site & 31];
+    int got = -1, walked = 0;
+    if (slot0 && t->cache->learn_credit >= LEARN_COST) {
+        t->cache->learn_credit -= LEARN_COST;
+        got = chain_walk(t->cache, slot0, ips, gil, nd);
+        walked = 1;
+    }
+    int want = full;
+    if (got < 0) {
+        /* libunwind walks as many frames as asked: ask for about as
+         * many as it took to reach the eval loop from here last time */
+        want = gil && eval_hi && *hint && *hint < full ? *hint : full;
+        got = unw_bt(ips, want);
+    }
+    for (int pass = 0; pass < 2; pass++) {
+        if (gil && eval_hi)
+            for (int i = 0; i < got; i++)
+                if ((uintptr_t)ips[i] >= eval_lo && (uintptr_t)ips[i] < eval_hi) {
+                    cut = i;
+                    break;
+                }
+        if (cut >= 0 || want == full || got < want)
+            break;
+        want = full; /* deeper this time: the whole walk */
+        got = unw_bt(ips, want);
+    }
+    if (gil && eval_hi)
+        *hint = (uint8_t)(cut >= 0 ? (cut + 1 > *hint ? cut + 1 : *hint) : full);
+    if (cut >= 0)
+        got = cut + 1; /* keep the eval frame: the Python frames go there */
+    if (slot0 && !walked && got > 0)
+        learn_if_repeated(t->cache, slot0, ips, got, gil, nd);
+    for (int i = 0; i < got && n < nd; i++)
+        if ((uintptr_t)ips[i] < self_lo || (uintptr_t)ips[i] >= self_hi)
+            vals[n++] = (uint64_t)(uintptr_t)ips[i] & ~CS_FRAME_PY;
+    return n;
+}
+
 static cs_stack_cache *cache_of(cs_thread *t)
 {
     if (!t->cache) {
@@ -1054,49 +1107,7 @@ uint32_t cs_stack_capture(cs_thread *t, int gil, int python_only, unsigned site)
         nhit = hit->nf < (uint32_t)nd - 1 ? hit->nf : (uint32_t)nd - 1;
         n += (int)nhit;
     } else if (nd > 0 && unw_bt) {
-        void *ips[WALK_MAX];
-        /* capsan's own frames (capture, emit, the hook and what lies
-         * between) sit on top: as many as the frame pointers said, else
-         * the usual three */
-        int self = first ? levels + 1 : 3;
-        int full = nd + self, cut = -1;
-        if (full > WALK_MAX)
-            full = WALK_MAX;
-        uint8_t *hint = &t->cache->eval_depth[site & 31];
-        int got = -1, walked = 0;
-        if (slot0 && t->cache->learn_credit >= LEARN_COST) {
-            t->cache->learn_credit -= LEARN_COST;
-            got = chain_walk(t->cache, slot0, ips, gil, nd);
-            walked = 1;
-        }
-        int want = full;
-        if (got < 0) {
-            /* libunwind walks as many frames as asked: ask for about as
-             * many as it took to reach the eval loop from here last time */
-            want = gil && eval_hi && *hint && *hint < full ? *hint : full;
-            got = unw_bt(ips, want);
-        }
-        for (int pass = 0; pass < 2; pass++) {
-            if (gil && eval_hi)
-                for (int i = 0; i < got; i++)
-                    if ((uintptr_t)ips[i] >= eval_lo && (uintptr_t)ips[i] < eval_hi) {
-                        cut = i;
-                        break;
-                    }
-            if (cut >= 0 || want == full || got < want)
-                break;
-            want = full; /* deeper this time: the whole walk */
-            got = unw_bt(ips, want);
-        }
-        if (gil && eval_hi)
-            *hint = (uint8_t)(cut >= 0 ? (cut + 1 > *hint ? cut + 1 : *hint) : full);
-        if (cut >= 0)
-            got = cut + 1; /* keep the eval frame: the Python frames go there */
-        if (slot0 && !walked && got > 0)
-            learn_if_repeated(t->cache, slot0, ips, got, gil, nd);
-        for (int i = 0; i < got && n < nd; i++)
-            if ((uintptr_t)ips[i] < self_lo || (uintptr_t)ips[i] >= self_hi)
-                vals[n++] = (uint64_t)(uintptr_t)ips[i] & ~CS_FRAME_PY;
+        n = walk_native(t, slot0, first, levels, gil, nd, site, vals, n);
     }
     int importing = 0, nnat = n, npy = 0;
     uint32_t gen = cs_trace_gen();
