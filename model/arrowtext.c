@@ -94,7 +94,9 @@ const char *cs_ar_event_phrase(const cs_finding *f, int i)
                : ev->aux == CS_ARK_BAD_NAME ? "capsule made under that name at"
                                             : "checked at";
     case CS_EV_AR_REACHABLE:
-        return "still referenced at the end: a copy of the struct is stored in the process's memory";
+        return ev->aux == CS_WHERE_THREAD
+                 ? "held at the end by a Python thread still running (a daemon thread), which moved it last"
+                 : "still referenced at the end: a copy of the struct is stored in the process's memory";
     }
     return "at";
 }

@@ -140,7 +140,10 @@ const char *cs_event_phrase(const cs_finding *f, int i)
         return ev->a ? "its capsule destructor returned at" : "its deleter returned at";
     case CS_EV_REEXPORT: return "re-exported from its data field, byte_offset dropped, at";
     case CS_EV_NP_REACHABLE:
-    case CS_EV_REACHABLE: return "still referenced at the end: its address is stored in the process's memory";
+    case CS_EV_REACHABLE:
+        return ev->aux == CS_WHERE_THREAD
+                 ? "held at the end by a Python thread still running (a daemon thread), which made or took it last"
+                 : "still referenced at the end: its address is stored in the process's memory";
     case CS_EV_NP_WRAP:
         return ev->a == ev->obj ? "array made around this memory at"
                                 : "array made around the memory this pointer lies in at";
@@ -496,6 +499,7 @@ static const struct {
     [CS_WHERE_STACK] = {"stack", "the main thread's stack"},
     [CS_WHERE_ANON] = {"anonymous", "anonymous memory (the interpreter's object arenas, large "
                                     "malloc blocks, threads' stacks)"},
+    [CS_WHERE_THREAD] = {"thread", "a Python thread still running at exit"},
 };
 
 const char *cs_where_text(unsigned region)

@@ -543,6 +543,43 @@ void cs_lc_own_memory(cs_lifecycle *lc, void (*fn)(void *ud, const void *p, size
     }
 }
 
+typedef struct held_list {
+    const uint32_t *threads;
+    size_t nthreads;
+    key_list keys;
+    uint32_t *holder;
+    size_t hcap;
+} held_list;
+
+static void collect_held(cs_lifecycle *lc, obj *o, void *ud)
+{
+    (void)lc;
+    held_list *l = ud;
+    if (!o->nhist)
+        return;
+    uint32_t th = o->hist[o->nhist - 1].thread;
+    for (size_t i = 0; i < l->nthreads; i++)
+        if (l->threads[i] == th) {
+            if (ot_room_for_one(&l->holder, l->keys.n, &l->hcap, sizeof *l->holder) &&
+                ot_room_for_one(&l->keys.v, l->keys.n, &l->keys.cap, sizeof *l->keys.v)) {
+                l->holder[l->keys.n] = th;
+                l->keys.v[l->keys.n++] = o->key;
+            }
+            return;
+        }
+}
+
+size_t cs_lc_live_keys_of_threads(cs_lifecycle *lc, int ns, const uint32_t *threads, size_t n,
+                                  uint64_t **out, uint32_t **holder)
+{
+    held_list l = {threads, n, {NULL, 0, 0}, NULL, 0};
+    if (n)
+        ot_each_live(lc, ns, collect_held, &l);
+    *out = l.keys.v;
+    *holder = l.holder;
+    return l.keys.n;
+}
+
 size_t cs_lc_live_keys(cs_lifecycle *lc, int ns, uint64_t **out)
 {
     key_list l = {NULL, 0, 0};

@@ -168,6 +168,8 @@ enum cs_where {
     CS_WHERE_STACK = 3, /* the main thread's stack */
     CS_WHERE_ANON = 4,  /* an anonymous mapping: the interpreter's object arenas, large
                          * or other threads' malloc blocks, other threads' stacks */
+    CS_WHERE_THREAD = 5, /* no scan: at exit, its latest event ran on a Python thread
+                          * still running (a daemon thread), b = that thread's number */
 };
 
 typedef struct cs_event {

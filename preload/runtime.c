@@ -98,8 +98,10 @@ unsigned cs_emit(cs_event *ev, int want_stack, cs_event *origin, int *found)
     ev->flags &= (uint8_t)~(CS_EVF_GIL_KNOWN | CS_EVF_GIL);
     int gil = live && ((known & CS_EVF_GIL_KNOWN) ? (known & CS_EVF_GIL) != 0 : cs_gil_held());
     ev->thread = t->num;
-    if (gil)
+    if (gil) {
         ev->flags |= CS_EVF_GIL;
+        t->python = 1; /* may hold Python objects (cs_thread_python_left) */
+    }
     if (!live)
         ev->flags |= CS_EVF_NO_PYTHON;
     t->importing = t->py_walked = 0;

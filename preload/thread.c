@@ -8,6 +8,8 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "pyapi.h"
+#include "spin.h"
 #include "stack.h"
 #include "tracefile.h"
 
@@ -15,13 +17,43 @@ __thread cs_thread *cs_thread_tls __attribute__((tls_model("initial-exec")));
 __thread unsigned cs_frees __attribute__((tls_model("initial-exec")));
 static pthread_key_t key;
 static _Atomic uint32_t next_num = 1;
+/* every thread state not yet freed (its thread has not exited, or it was
+ * a Python thread the interpreter's finalization ended): taken at a
+ * thread's first event and at its exit only */
+static cs_thread *alive;
+static cs_spin alive_mu = CS_SPIN_INIT;
+
+static void unlink_locked(cs_thread *t)
+{
+    if (t->prev)
+        t->prev->next = t->next;
+    else if (alive == t)
+        alive = t->next;
+    if (t->next)
+        t->next->prev = t->prev;
+    t->next = t->prev = NULL;
+}
 
 static void thread_exit(void *p)
 {
     cs_thread *t = p;
+    /* a Python thread that the interpreter's finalization ended (a daemon
+     * thread wanting the GIL back is made to exit) leaves its frames, and
+     * what they hold, behind: it stays listed, as holding them. It still
+     * has its thread state; one that finished normally deleted its own
+     * before its pthread ended (join() may have returned already) */
+    int abandoned = t->python && cs_py.ok && !cs_py_live() && cs_py.GILState_GetThisThreadState &&
+                    cs_py.GILState_GetThisThreadState() != NULL;
+    if (!abandoned) {
+        cs_spin_lock(&alive_mu);
+        unlink_locked(t);
+        cs_spin_unlock(&alive_mu);
+    }
     cs_thread_tls = NULL;
     cs_stack_cache_free(t->cache);
-    free(t);
+    t->cache = NULL;
+    if (!abandoned)
+        free(t);
 }
 
 void cs_thread_init(void)
@@ -37,7 +69,39 @@ cs_thread *cs_thread_make(void)
     t->num = atomic_fetch_add(&next_num, 1);
     cs_thread_tls = t;
     pthread_setspecific(key, t);
+    cs_spin_lock(&alive_mu);
+    t->next = alive;
+    if (alive)
+        alive->prev = t;
+    alive = t;
+    cs_spin_unlock(&alive_mu);
     return t;
+}
+
+size_t cs_thread_python_left(uint32_t *out, size_t max)
+{
+    size_t n = 0;
+    cs_thread *me = cs_thread_tls;
+    cs_spin_lock(&alive_mu);
+    for (cs_thread *t = alive; t; t = t->next)
+        if (t != me && t->python) {
+            if (n < max)
+                out[n] = t->num;
+            n++;
+        }
+    cs_spin_unlock(&alive_mu);
+    return n;
+}
+
+void cs_thread_fork_child(void)
+{
+    /* the other threads' states stay allocated: they are gone with
+     * their threads, and the lock may have been held by one of them */
+    cs_thread *me = cs_thread_tls;
+    cs_spin_unlock(&alive_mu);
+    alive = me;
+    if (me)
+        me->next = me->prev = NULL;
 }
 
 void cs_thread_write(cs_thread *t)

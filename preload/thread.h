@@ -4,6 +4,7 @@
 #ifndef CAPSAN_THREAD_H
 #define CAPSAN_THREAD_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include "tracefile.h"
 
@@ -22,6 +23,8 @@ typedef struct cs_thread {
     const char *py_rest;    /* the first Python frame it did not record (NULL:
                              * none left); valid during its event only */
     int py_walked;          /* py_rest was set by that capture */
+    int python;             /* made an event holding the GIL: a Python thread */
+    struct cs_thread *next, *prev; /* the registry of threads not yet exited */
 } cs_thread;
 
 extern __thread cs_thread *cs_thread_tls __attribute__((tls_model("initial-exec")));
@@ -45,5 +48,13 @@ static inline void cs_thread_note(cs_thread *t)
         cs_thread_write(t);
 }
 void cs_thread_init(void);
+/* The capsan numbers of the Python threads (those that made an event with
+ * the GIL), other than the caller, that have not exited or that the
+ * interpreter's finalization ended: at exit, daemon threads, which may
+ * still hold what they made or took. At most max into out; returns how
+ * many there are. */
+size_t cs_thread_python_left(uint32_t *out, size_t max);
+/* fork(): the child has one thread, the caller */
+void cs_thread_fork_child(void);
 
 #endif

@@ -201,3 +201,21 @@ def test_exit_after_stop_has_no_leak_check(tmp_path):
     text, _ = capsan_report(trace_files(tmp_path), fmt="text")
     assert "after capsan.stop(): releases since were not seen, no leak check" in text.stdout + \
         text.stderr, text.stdout + text.stderr
+
+
+def test_what_a_daemon_thread_holds_at_exit_is_not_leaked(tmp_path, anypy):
+    """A daemon thread's arrays and the tensor its array consumed are
+    still held when the program exits (CPython ends that thread and
+    abandons its frames): no leak, as LeakSanitizer says nothing of what a
+    live thread's stack reaches. The main thread's leak and a finished
+    thread's are still reported, each at its line, live and in replay."""
+    script = SCENARIOS / "daemon_holds.py"
+    res = run_capsan(script, tmp_path, interpreter=anypy)
+    assert "done" in res.stdout, res.describe()
+    assert res.returncode == DEFAULT_EXITCODE, res.describe()
+    assert kinds(res.report) == {"dlpack-leak"}, summarize(res.report)
+    leaks = findings(res.report, "dlpack-leak")
+    assert len(leaks) == 2, summarize(res.report)
+    assert_finding_at(res, "dlpack-leak", script, "main-leak", event="consume")
+    assert_finding_at(res, "dlpack-leak", script, "finished-leak", event="consume", innermost=False)
+    assert res.stderr.count("ERROR: capsan: dlpack-leak") == 2, res.stderr[-4000:]
