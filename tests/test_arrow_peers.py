@@ -3,6 +3,8 @@ nanoarrow, arro3-core and pandas (pinned in .ci/arrowvenvs, built by `make
 arrow-venvs`) exchanging schemas, arrays and streams in every direction,
 and duckdb on 4 threads scanning a pyarrow reader, report nothing; a real
 reconsume through polars is reported with both consumers' lines."""
+import re
+
 import pytest
 
 from conftest import SCENARIOS, assert_finding_at, findings, kinds, run_capsan, tagged_pythons
@@ -54,3 +56,29 @@ def test_pyarrow_own_c_data_interface_tests(tmp_path, apy):
     assert res.returncode == 0, res.describe()
     assert " passed" in res.stdout and " failed" not in res.stdout, res.stdout[-2000:]
     assert findings(res.report) == [], res.describe()
+
+
+def test_pandas_own_arrow_interface_tests(tmp_path, apy):
+    """pandas 3's wheel ships its tests of the Arrow PyCapsule interface
+    (frame and series __arrow_c_stream__/__arrow_c_array__, pyarrow-backed
+    intervals) and of the dataframe interchange protocol: they pass under
+    `capsan run` with `pytest --capsan`, and capsan finds nothing in them
+    (Arrow structs are exchanged: the run's line counts them)."""
+    import subprocess
+    from conftest import BUILD
+    site = subprocess.run([str(apy), "-c", "import pandas, os; print(os.path.dirname(pandas.__file__))"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    suites = [f"{site}/tests/{p}" for p in ("series/test_arrow_interface.py",
+                                           "frame/test_arrow_interface.py",
+                                           "arrays/interval/test_interval_pyarrow.py",
+                                           "interchange")]
+    code = ("import sys, pytest; sys.exit(pytest.main(['-q', '-p', 'no:cacheprovider', "
+            "'--capsan', *%r]))" % (suites,))
+    res = run_capsan(code, tmp_path, interpreter=apy, timeout=600,
+                     env={"PYTHONPATH": f"{BUILD / 'python'}"})
+    assert res.returncode == 0, res.describe()
+    assert " passed" in res.stdout and " failed" not in res.stdout, res.stdout[-2000:]
+    assert "traced test(s), no findings" in res.stdout, res.stdout[-2000:]
+    assert findings(res.report) == [], res.describe()
+    m = re.search(r"(\d+) Arrow structs watched", res.stderr)
+    assert m and int(m.group(1)) > 0, res.stderr[-2000:]
