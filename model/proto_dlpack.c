@@ -229,7 +229,12 @@ static unsigned on_delete(cs_lifecycle *lc, stripe *st, obj *o, const cs_event *
         ot_report(lc, j, CS_KIND_DLPACK_NULL_DELETER, o, NULL, 0, 0);
         return 0;
     }
-    int in_own_dtor = (ev->flags & CS_EVF_IN_DTOR) && ev->a == o->capsule;
+    /* its capsule's destructor, not another capsule's made where that one
+     * lay once it died (freed objects' memory is reused: numpy's internal
+     * capsule, releasing what a torch tensor held, at a dead export's
+     * address) */
+    int in_own_dtor = (ev->flags & CS_EVF_IN_DTOR) && ev->a == o->capsule &&
+                      !(o->flags & OF_CAPSULE_DEAD);
     switch (o->state) {
     case CS_ST_CREATED: return delete_created(st, o, ev, j, in_own_dtor);
     case CS_ST_CONSUMED: return delete_consumed(lc, st, o, ev, j, in_own_dtor);

@@ -223,13 +223,13 @@ static void arrow_dtor(PyObject_ *cap, cs_capsule_dtor orig, cs_thread *t, void 
 {
     cs_ar_dying d;
     cs_ar_dtor_enter(cap, ptr, orig != NULL, &d);
-    void *saved = t ? t->dtor_capsule : NULL;
+    void *saved = t ? t->dtor_capsule : NULL, *saved_mt = t ? t->dtor_mt : NULL;
     if (t)
-        t->dtor_capsule = cap;
+        t->dtor_capsule = cap, t->dtor_mt = ptr;
     if (orig)
         orig(cap);
     if (t)
-        t->dtor_capsule = saved;
+        t->dtor_capsule = saved, t->dtor_mt = saved_mt;
     const capsule_obj *dc = direct(cap);
     if (dc)
         ((capsule_obj *)dc)->pointer = NULL;
@@ -258,13 +258,13 @@ void cs_capsule_dtor_body(PyObject_ *cap, unsigned k)
         reentered = cap;
         reentry_event(cap, mt);
     }
-    void *saved = t ? t->dtor_capsule : NULL;
+    void *saved = t ? t->dtor_capsule : NULL, *saved_mt = t ? t->dtor_mt : NULL;
     void *saved_pred = t ? t->predicted : NULL, *saved_fn = t ? t->predicted_fn : NULL;
     const void *saved_took = dtor_took;
     dtor_took = NULL;
     int skip = orig && nk != NK_USED && nk != NK_USEDV && judge_redelete(t, cap, mt);
     if (t)
-        t->dtor_capsule = cap;
+        t->dtor_capsule = cap, t->dtor_mt = mt;
     if (orig && !skip) {
         int err_gil = cs_recording && cs_py.ok && cs_py_live() && cs_gil_held();
         PyObject_ *err = cs_dl_err_before(err_gil);
@@ -280,6 +280,7 @@ void cs_capsule_dtor_body(PyObject_ *cap, unsigned k)
         ((capsule_obj *)dc)->pointer = NULL;
     if (t) {
         t->dtor_capsule = saved;
+        t->dtor_mt = saved_mt;
         t->predicted = saved_pred;
         t->predicted_fn = saved_fn;
     }

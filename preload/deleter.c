@@ -66,7 +66,11 @@ void cs_dl_deleter_tramp(void *mt)
     int live = python && cs_py_live();
     int held = live && cs_gil_held();
     int nogil = live && !held;
-    void *dcap = t ? t->dtor_capsule : NULL;
+    /* inside a capsule's destructor, releasing what that capsule held; a
+     * struct another capsule's destructor releases on the way (a torch
+     * tensor dying inside numpy's owner capsule's) is an ordinary release,
+     * whatever capsule once lay at that address */
+    void *dcap = t && t->dtor_mt == mt ? t->dtor_capsule : NULL;
     cs_event ev = {.kind = CS_EV_DELETE, .obj = (uint64_t)(uintptr_t)mt,
                    .a = (uint64_t)(uintptr_t)dcap,
                    .flags = (uint8_t)((dcap ? CS_EVF_IN_DTOR : 0) |

@@ -15,6 +15,9 @@ typedef struct cs_thread {
     uint32_t written_gen;   /* trace generation its THREAD record is in */
     int busy;               /* inside capsan: hooks pass straight through */
     void *dtor_capsule;     /* capsule whose destructor runs on this thread */
+    void *dtor_mt;          /* the pointer it held as its destructor began: a
+                             * release of another struct inside it is not that
+                             * capsule's (its address may be a dead one's) */
     void *predicted;        /* the released struct that destructor was judged
                              * about to delete again (capsule.c), and */
     void *predicted_fn;     /* the deleter that call is forwarded to */

@@ -229,3 +229,22 @@ def test_more_destructors_than_stubs_clean(tmp_path):
     res = run_capsan(S / "clean_many_destructors.py", tmp_path, mode="preload", env=env)
     assert_clean(res, min_events=64 * 2)
     assert "destructors ok 70" in res.stdout, res.describe()
+
+
+@pytest.mark.parametrize("tag,versioned", [("static", False), ("shared", False),
+                                           ("cp311", False), ("cp311", True)])
+def test_release_inside_a_capsule_made_where_a_dead_one_lay(tmp_path, tag, versioned):
+    """A tensor released inside another capsule's destructor (torch's
+    storage dying inside numpy's owner capsule's) is its consumer's release,
+    even when that capsule lies where the tensor's consumed export lay:
+    no dlpack-unchecked-destructor. The scenario makes the addresses meet."""
+    from conftest import ALL_PYTHONS, CURRENT, current_python
+    if tag in ("cp311",) and tag not in CURRENT:
+        pytest.skip("no cp311 venv (make venvs)")
+    py = current_python(tag) if tag in CURRENT else ALL_PYTHONS[tag]
+    script = SCENARIOS / "dl_reused_capsule.py"
+    res = run_capsan(script, tmp_path, interpreter=py, args=["versioned"] if versioned else [])
+    assert "done" in res.stdout, res.describe()
+    assert "owner capsule where the first lay: True" in res.stdout, res.stdout
+    assert res.returncode == 0, res.describe()
+    assert findings(res.report) == [], res.describe()

@@ -190,6 +190,23 @@ static void test_unchecked_destructor(void)
     }
 }
 
+/* A consumed tensor's capsule died; another capsule made at the same
+ * address (memory reused) has a destructor that releases the tensor (a
+ * torch tensor dying inside numpy's internal capsule's destructor): the
+ * consumer's release, not the producer's destructor ignoring the name. */
+static void test_destructor_of_a_capsule_at_a_dead_ones_address(void)
+{
+    cs_lifecycle *lc = fresh(0);
+    ev(lc, CS_EV_EXPORT, MT, CAP, 0);
+    ev(lc, CS_EV_CONSUME, MT, CAP, 0);
+    ev(lc, CS_EV_DESTROY, MT, CAP, 0);               /* renamed: nothing released */
+    ev(lc, CS_EV_DELETE, MT, CAP, CS_EVF_IN_DTOR);   /* another capsule there now */
+    cs_lc_finish(lc, CS_END_EXIT);
+    CHECK(ngot == 0, "a release inside another capsule's destructor: %d finding(s), first kind %d",
+          ngot, ngot ? got[0].kind : -1);
+    cs_lc_destroy(lc);
+}
+
 static void test_leaks(void)
 {
     cs_lifecycle *lc = fresh(0);
@@ -449,6 +466,7 @@ int main(void)
     test_not_renamed_confirmed_later();
     test_destructor_took_the_tensor();
     test_unchecked_destructor();
+    test_destructor_of_a_capsule_at_a_dead_ones_address();
     test_leaks();
     test_indirect_and_dropped();
     test_null_deleter_never_leaks();
