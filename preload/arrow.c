@@ -349,7 +349,8 @@ static void release_body(void *self, int type)
     cs_thread *t = cs_thread_get();
     int again = atomic_exchange(&r->released, 1);
     uint16_t aux = (uint16_t)((again ? CS_ARR_AGAIN : 0) | (self != r->home ? CS_ARR_MOVED : 0) |
-                              (t && r->cap && t->dtor_capsule == (void *)r->cap ? CS_ARR_IN_DTOR : 0) |
+                              (t && r->cap && t->dtor_capsule == (void *)r->cap &&
+                                       t->dtor_mt == r->home ? CS_ARR_IN_DTOR : 0) |
                               (r->kid ? CS_ARR_CHILD : 0));
     /* a kid's findings are about its root, the struct that was exported */
     uint64_t about = (uint64_t)(uintptr_t)(r->kid ? r->root : r);
