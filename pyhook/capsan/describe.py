@@ -504,7 +504,9 @@ def describe(obj, consume: bool = False, *, max_version="auto", copy=None,
             # unconsumed: the producer's destructor releases it now (R3)
             del cap
     else:
-        raise TypeError(f"describe() takes a DLPack capsule or an object with __dlpack__, "
+        raise TypeError(f"describe() takes a DLPack capsule or an object with __dlpack__ (or an "
+                        f"Arrow capsule or an object with __arrow_c_array__, __arrow_c_schema__ "
+                        f"or __arrow_c_stream__, or a type with a DLPack exchange table), "
                         f"not {type(obj).__name__}")
     d["verdict"] = max((c["verdict"] for c in d["checks"]), key=_RANK.get, default=OK)
     if d["verdict"] == NA:
