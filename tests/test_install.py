@@ -194,6 +194,9 @@ def test_pip_install_files(pip_venv):
     # the CMake build gives the CLI the package's version too
     v = run(["capsan", "--version"], env=clean_env(pip_venv / "bin"))
     assert v.returncode == 0 and v.stdout == "capsan 0.1\n", v.describe
+    # `python -m capsan`: the same command, found beside the installed runtime
+    v = run(["python", "-m", "capsan", "--version"], env=clean_env(pip_venv / "bin"))
+    assert v.returncode == 0 and v.stdout == "capsan 0.1\n", v.describe
 
 
 def test_pip_capsan_run(pip_venv, tmp_path):

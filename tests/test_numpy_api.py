@@ -321,3 +321,27 @@ def test_threads_are_judged_in_the_scope_context_only(tmp_path):
     """, tmp_path)[0])
     assert "copy False 0 []" in out, out
     assert "copy True 15 ['numpy-leak']" in out, out
+
+
+def test_python_m_capsan_runs_the_command(tmp_path):
+    """`python -m capsan ...` is the capsan command beside the runtime the
+    package found (as `python -m memray`); it traces nothing itself, while
+    a program run with `python -m` that imports capsan still starts it."""
+    require_np()
+    env = api_env(tmp_path, (), None)
+    env["CAPSAN_OPTIONS"] = f"log_path={tmp_path / 'cmd'}"
+    cp = subprocess.run([str(STATIC_PY), "-m", "capsan", "--version"], capture_output=True,
+                        text=True, env=env, timeout=120, cwd=str(tmp_path))
+    assert cp.returncode == 0 and cp.stdout.startswith("capsan "), (cp.stdout, cp.stderr)
+    assert not list(tmp_path.glob("cmd.*")), "python -m capsan traced itself"
+    (tmp_path / "leaky_mod.py").write_text(textwrap.dedent("""
+        import numpy as np, capsan
+        keep = []
+        with capsan.trace(check=False) as t:
+            keep.append(np.ones(10))
+        print("findings", [f.kind for f in t.findings])
+    """))
+    cp = subprocess.run([str(STATIC_PY), "-m", "leaky_mod"], capture_output=True, text=True,
+                        env={**env, "PYTHONPATH": f"{tmp_path}:{env['PYTHONPATH']}"}, timeout=120,
+                        cwd=str(tmp_path))
+    assert cp.returncode == 0 and "findings ['numpy-leak']" in cp.stdout, (cp.stdout, cp.stderr)

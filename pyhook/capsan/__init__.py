@@ -95,7 +95,23 @@ def _loaded_as_pytest_plugin() -> bool:
     return False
 
 
-if not _loaded_as_pytest_plugin():
+def _run_as_command() -> bool:
+    """True while `python -m capsan` imports the package to run its
+    __main__: the command runs in a process of its own (exec), so there is
+    nothing to trace here. Only that: a program run with `python -m` that
+    imports capsan still starts it."""
+    import sys
+    f = sys._getframe(1)
+    while f is not None:
+        co = f.f_code
+        if (co.co_name == "_run_module_as_main" and co.co_filename.endswith("runpy.py")
+                and f.f_locals.get("mod_name") == __name__):
+            return True
+        f = f.f_back
+    return False
+
+
+if not _loaded_as_pytest_plugin() and not _run_as_command():
     if _lib.load_error is not None:
         raise _lib.load_error
     start()
