@@ -232,10 +232,12 @@ static void fork_prepare(void)
     cs_stack_fork_lock(1);
     cs_trace_fork_lock(1);
     cs_qr_fork_lock(1); /* held for no other lock */
+    cs_thread_fork_lock(1); /* nor this one */
 }
 
 static void fork_parent(void)
 {
+    cs_thread_fork_lock(0);
     cs_qr_fork_lock(0);
     cs_trace_fork_lock(0);
     cs_stack_fork_lock(0);

@@ -93,15 +93,21 @@ size_t cs_thread_python_left(uint32_t *out, size_t max)
     return n;
 }
 
+void cs_thread_fork_lock(int lock)
+{
+    if (lock)
+        cs_spin_lock(&alive_mu);
+    else
+        cs_spin_unlock(&alive_mu);
+}
+
 void cs_thread_fork_child(void)
 {
-    /* the other threads' states stay allocated: they are gone with
-     * their threads, and the lock may have been held by one of them */
-    cs_thread *me = cs_thread_tls;
+    /* the other threads did not come along, but the child has their
+     * frames, abandoned (CPython deletes their thread states without
+     * clearing them), and all they held: they stay listed, never to
+     * exit, and those that ran Python count as holding it */
     cs_spin_unlock(&alive_mu);
-    alive = me;
-    if (me)
-        me->next = me->prev = NULL;
 }
 
 void cs_thread_write(cs_thread *t)

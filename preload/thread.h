@@ -53,11 +53,15 @@ static inline void cs_thread_note(cs_thread *t)
 void cs_thread_init(void);
 /* The capsan numbers of the Python threads (those that made an event with
  * the GIL), other than the caller, that have not exited or that the
- * interpreter's finalization ended: at exit, daemon threads, which may
- * still hold what they made or took. At most max into out; returns how
+ * interpreter's finalization ended (or, in a forked child, that stayed in
+ * the parent): at exit, threads which may still hold what they made or
+ * took. At most max into out; returns how
  * many there are. */
 size_t cs_thread_python_left(uint32_t *out, size_t max);
-/* fork(): the child has one thread, the caller */
+/* fork(): the registry's lock held across it (1 before, 0 in the parent
+ * after); the child keeps the other threads listed, as abandoned (their
+ * frames and what they hold are in its memory) */
+void cs_thread_fork_lock(int lock);
 void cs_thread_fork_child(void);
 
 #endif

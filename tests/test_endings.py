@@ -219,3 +219,22 @@ def test_what_a_daemon_thread_holds_at_exit_is_not_leaked(tmp_path, anypy):
     assert_finding_at(res, "dlpack-leak", script, "main-leak", event="consume")
     assert_finding_at(res, "dlpack-leak", script, "finished-leak", event="consume", innermost=False)
     assert res.stderr.count("ERROR: capsan: dlpack-leak") == 2, res.stderr[-4000:]
+
+
+def test_a_forked_child_does_not_leak_what_the_parents_threads_hold(tmp_path, interp):
+    """The child of a fork made while another thread held arrays and a
+    consumed tensor exits normally: those are held by a thread that stayed
+    in the parent, not leaked by the child; the child's own leak is
+    reported, at its line, and the parent is clean."""
+    script = SCENARIOS / "fork_thread_holds.py"
+    res = run_capsan(script, tmp_path, interpreter=interp)
+    m = re.search(r"child (\d+)", res.stdout)
+    assert m and f"parent done {DEFAULT_EXITCODE}" in res.stdout, res.describe()
+    child = int(m.group(1))
+    by_pid = {p["pid"]: p for p in res.report["processes"]}
+    assert set(by_pid) >= {child}, res.describe()
+    kinds_child = [f["kind"] for f in by_pid[child]["findings"]]
+    assert kinds_child == ["dlpack-leak"], summarize(res.report)
+    assert_finding_at(res, "dlpack-leak", script, "child-leak", event="consume")
+    others = [f for p in res.report["processes"] if p["pid"] != child for f in p["findings"]]
+    assert others == [], summarize(res.report)
