@@ -170,10 +170,14 @@ int cs_lc_report_arrow_leak(cs_lifecycle *lc, uint64_t key);
  * Returns how many; 0 with *out == NULL when there are none. */
 size_t cs_lc_live_keys(cs_lifecycle *lc, int ns, uint64_t **out);
 /* Those whose latest event ran on one of the n threads (capsan's thread
- * numbers): what a thread still running at exit may hold. In no order,
- * malloc'd as above; (*holder)[i] is the thread of (*out)[i]. */
-size_t cs_lc_live_keys_of_threads(cs_lifecycle *lc, int ns, const uint32_t *threads, size_t n,
-                                  uint64_t **out, uint32_t **holder);
+ * numbers), with that thread: what a thread still running at exit may
+ * hold. In no order, malloc'd as above. */
+typedef struct cs_lc_held {
+    uint64_t key;
+    uint32_t thread;
+} cs_lc_held;
+size_t cs_lc_live_held_by(cs_lifecycle *lc, int ns, const uint32_t *threads, size_t n,
+                          cs_lc_held **out);
 
 /* The runtime's watch on consumed tensors' data (dataguard.c): called with
  * sign +1 when a tensor whose data span is known is consumed, -1 when it

@@ -546,9 +546,8 @@ void cs_lc_own_memory(cs_lifecycle *lc, void (*fn)(void *ud, const void *p, size
 typedef struct held_list {
     const uint32_t *threads;
     size_t nthreads;
-    key_list keys;
-    uint32_t *holder;
-    size_t hcap;
+    cs_lc_held *v;
+    size_t n, cap;
 } held_list;
 
 static void collect_held(cs_lifecycle *lc, obj *o, void *ud)
@@ -560,24 +559,20 @@ static void collect_held(cs_lifecycle *lc, obj *o, void *ud)
     uint32_t th = o->hist[o->nhist - 1].thread;
     for (size_t i = 0; i < l->nthreads; i++)
         if (l->threads[i] == th) {
-            if (ot_room_for_one(&l->holder, l->keys.n, &l->hcap, sizeof *l->holder) &&
-                ot_room_for_one(&l->keys.v, l->keys.n, &l->keys.cap, sizeof *l->keys.v)) {
-                l->holder[l->keys.n] = th;
-                l->keys.v[l->keys.n++] = o->key;
-            }
+            if (ot_room_for_one(&l->v, l->n, &l->cap, sizeof *l->v))
+                l->v[l->n++] = (cs_lc_held){o->key, th};
             return;
         }
 }
 
-size_t cs_lc_live_keys_of_threads(cs_lifecycle *lc, int ns, const uint32_t *threads, size_t n,
-                                  uint64_t **out, uint32_t **holder)
+size_t cs_lc_live_held_by(cs_lifecycle *lc, int ns, const uint32_t *threads, size_t n,
+                          cs_lc_held **out)
 {
-    held_list l = {threads, n, {NULL, 0, 0}, NULL, 0};
+    held_list l = {threads, n, NULL, 0, 0};
     if (n)
         ot_each_live(lc, ns, collect_held, &l);
-    *out = l.keys.v;
-    *holder = l.holder;
-    return l.keys.n;
+    *out = l.v;
+    return l.n;
 }
 
 size_t cs_lc_live_keys(cs_lifecycle *lc, int ns, uint64_t **out)

@@ -22,11 +22,15 @@ struct _object; /* PyObject */
 /* Start tracing: patch every loaded object and every later one. Returns 1
  * when tracing, 0 when the host is not a Python process. Idempotent. */
 CAPSAN_API int capsan_start(void);
-/* Stop recording and restore every patched slot. Wrapped destructors,
- * deleters and tracing handlers keep forwarding to the originals. */
+/* Stop recording for good and restore every patched slot. Wrapped
+ * destructors, deleters and tracing handlers keep forwarding to the
+ * originals. capsan_start does not start it again, and the exit has no
+ * leak check (the releases after the stop are not seen). */
 CAPSAN_API void capsan_stop(void);
 /* 1 while recording. */
 CAPSAN_API int capsan_active(void);
+/* 1 once capsan_stop stopped a recording runtime. */
+CAPSAN_API int capsan_stopped(void);
 /* 1 when started by LD_PRELOAD (exit report and exit status are capsan's). */
 CAPSAN_API int capsan_preloaded(void);
 

@@ -216,20 +216,19 @@ static void held_by_running_threads(void)
                   {CS_NS_NUMPY, CS_EV_NP_REACHABLE},
                   {CS_NS_ARROW, CS_EV_AR_REACHABLE}};
     for (size_t s = 0; n && s < sizeof spaces / sizeof spaces[0]; s++) {
-        uint64_t *keys;
-        uint32_t *holder;
-        size_t k = cs_lc_live_keys_of_threads(cs_lc, spaces[s].ns, threads, n, &keys, &holder);
+        cs_lc_held *held;
+        size_t k = cs_lc_live_held_by(cs_lc, spaces[s].ns, threads, n, &held);
         for (size_t i = 0; i < k; i++) {
             cs_event ev = {.kind = (uint8_t)spaces[s].kind, .aux = CS_WHERE_THREAD,
-                           .obj = keys[i], .b = holder[i]};
+                           .obj = held[i].key, .b = held[i].thread};
             cs_emit(&ev, 0, NULL, NULL);
         }
-        free(keys);
-        free(holder);
+        free(held);
     }
 }
 
 void cs_ending_stopped(void) { atomic_store(&stopped, 1); }
+int capsan_stopped(void) { return atomic_load(&stopped); }
 
 void cs_ending_set_self(const char *path) { snprintf(self_path, sizeof self_path, "%s", path); }
 

@@ -194,9 +194,7 @@ static __thread const np_handler *fp_h __attribute__((tls_model("initial-exec"))
 static __thread uint64_t fp_words[5] __attribute__((tls_model("initial-exec")));
 static __thread uint32_t fp_last __attribute__((tls_model("initial-exec")));
 
-/* An alloc through h, which numpy just read: its allocator's value. A
- * handler re-pointed in place now allocates through its new ctx: watch
- * that ctx's free() from now on (note_ctx_free). */
+/* h is the handler the last alloc went through, its allocator unchanged */
 static inline int fp_known(const np_handler *h)
 {
     _Static_assert(sizeof h->allocator == sizeof fp_words, "ctx and four functions");
@@ -211,6 +209,9 @@ static inline uint32_t free_fp(const np_handler *h)
     return __builtin_expect(fp_known(h), 1) ? fp_last : allocator_fp(h);
 }
 
+/* An alloc through h, which numpy just read: its allocator's value. A
+ * handler re-pointed in place now allocates through its new ctx: watch
+ * that ctx's free() from now on (note_ctx_free). */
 static uint32_t alloc_state(const np_handler *h)
 {
     if (__builtin_expect(fp_known(h), 1))

@@ -998,7 +998,6 @@ static void learn_if_repeated(cs_stack_cache *c, const uintptr_t *slot0, void *c
     chain_walk(c, slot0, scratch, gil, nd);
 }
 
-
 /* No chain hit: unwind (the chain's own walk when it may learn, else
  * libunwind) and append the foreign frames below capsan's to vals[n..];
  * returns the new count. Cold: a loop's stacks come from chain hits. */

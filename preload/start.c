@@ -256,7 +256,7 @@ static void fork_child(void)
         cs_lc_set_born(cs_lc, cs_now_ns());
     }
     cs_runtime_fork_child();
-    cs_thread_fork_child();
+    cs_thread_fork_lock(0); /* the parent's other threads stay listed */
     /* the child writes its own log_path.PID, starting with what it
      * inherited; its findings and exit status are its own */
     cs_trace_atfork_child();

@@ -101,15 +101,6 @@ void cs_thread_fork_lock(int lock)
         cs_spin_unlock(&alive_mu);
 }
 
-void cs_thread_fork_child(void)
-{
-    /* the other threads did not come along, but the child has their
-     * frames, abandoned (CPython deletes their thread states without
-     * clearing them), and all they held: they stay listed, never to
-     * exit, and those that ran Python count as holding it */
-    cs_spin_unlock(&alive_mu);
-}
-
 void cs_thread_write(cs_thread *t)
 {
     t->written_gen = cs_trace_gen();

@@ -58,10 +58,11 @@ void cs_thread_init(void);
  * took. At most max into out; returns how
  * many there are. */
 size_t cs_thread_python_left(uint32_t *out, size_t max);
-/* fork(): the registry's lock held across it (1 before, 0 in the parent
- * after); the child keeps the other threads listed, as abandoned (their
- * frames and what they hold are in its memory) */
+/* fork(): the registry's lock held across it (1 before, 0 after, in the
+ * parent and the child). The child keeps the other threads listed: they
+ * did not come along, but their frames did, abandoned (CPython deletes
+ * their thread states without clearing them), with all they hold; they
+ * never exit there, and those that ran Python count as holding it */
 void cs_thread_fork_lock(int lock);
-void cs_thread_fork_child(void);
 
 #endif

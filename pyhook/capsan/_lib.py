@@ -154,6 +154,7 @@ except CapsanLoadError as _e:
 _SIGS = {
     "capsan_start": ([], ctypes.c_int),
     "capsan_stop": ([], None),
+    "capsan_stopped": ([], ctypes.c_int),
     "capsan_active": ([], ctypes.c_int),
     "capsan_preloaded": ([], ctypes.c_int),
     "capsan_findings_count": ([], ctypes.c_uint64),
@@ -222,17 +223,13 @@ def start() -> bool:
     return on
 
 
-_stopped = False  # capsan.stop() was called: recording does not start again
-
-
 def stop() -> None:
-    global _stopped
-    _stopped = _stopped or bool(call("capsan_active"))
     call("capsan_stop")
 
 
 def stopped() -> bool:
-    return _stopped
+    """capsan.stop() stopped recording: it does not start again."""
+    return bool(call("capsan_stopped")) if has("capsan_stopped") else False
 
 
 def active() -> bool:
