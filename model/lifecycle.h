@@ -147,9 +147,17 @@ uint64_t cs_lc_events(cs_lifecycle *lc);
 size_t cs_lc_live(cs_lifecycle *lc);
 
 /* Judge the live objects of a namespace whose origin event has c ==
- * origin_c (NumPy: the handler struct that allocated them) as leaks now.
- * Returns how many were reported. */
-int cs_lc_report_live(cs_lifecycle *lc, int ns, uint64_t origin_c);
+ * origin_c (NumPy: the handler struct that allocated them) as leaks now,
+ * except the nheld keys of held (sorted; NULL when none): an API scope's
+ * blocks that a Python object still refers to. Returns how many were
+ * reported. */
+int cs_lc_report_live(cs_lifecycle *lc, int ns, uint64_t origin_c, const uint64_t *held,
+                      size_t nheld);
+
+/* The keys of the live objects of a namespace whose origin event has c ==
+ * origin_c, sorted, into a malloc'd *out the caller frees; returns how
+ * many (the ones cs_lc_report_live would judge). */
+size_t cs_lc_live_from(cs_lifecycle *lc, int ns, uint64_t origin_c, uint64_t **out);
 
 /* API mode's scope end: the consumed, unreleased, unreported tensors whose
  * consume came at or after since_ns, sorted, into a malloc'd *out the

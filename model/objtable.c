@@ -513,15 +513,21 @@ int ot_room_for_one(void *v, size_t n, size_t *cap, size_t elem)
     return 1;
 }
 
+typedef struct filtered_keys {
+    key_list l;
+    int (*keep)(const obj *, void *);
+    void *ud;
+} filtered_keys;
+
 static void collect_key(cs_lifecycle *lc, obj *o, void *ud)
 {
     (void)lc;
-    key_list *l = ud;
-    if (ot_room_for_one(&l->v, l->n, &l->cap, sizeof *l->v))
-        l->v[l->n++] = o->key;
+    filtered_keys *f = ud;
+    if ((!f->keep || f->keep(o, f->ud)) && ot_room_for_one(&f->l.v, f->l.n, &f->l.cap, sizeof *f->l.v))
+        f->l.v[f->l.n++] = o->key;
 }
 
-static int cmp_u64(const void *a, const void *b)
+int ot_cmp_u64(const void *a, const void *b)
 {
     uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
     return (x > y) - (x < y);
@@ -575,14 +581,20 @@ size_t cs_lc_live_held_by(cs_lifecycle *lc, int ns, const uint32_t *threads, siz
     return l.n;
 }
 
+size_t ot_live_keys(cs_lifecycle *lc, int ns, int (*keep)(const obj *, void *), void *ud,
+                    uint64_t **out)
+{
+    filtered_keys f = {{NULL, 0, 0}, keep, ud};
+    ot_each_live(lc, ns, collect_key, &f);
+    if (f.l.n)
+        qsort(f.l.v, f.l.n, sizeof *f.l.v, ot_cmp_u64);
+    *out = f.l.v;
+    return f.l.n;
+}
+
 size_t cs_lc_live_keys(cs_lifecycle *lc, int ns, uint64_t **out)
 {
-    key_list l = {NULL, 0, 0};
-    ot_each_live(lc, ns, collect_key, &l);
-    if (l.n)
-        qsort(l.v, l.n, sizeof *l.v, cmp_u64);
-    *out = l.v;
-    return l.n;
+    return ot_live_keys(lc, ns, NULL, NULL, out);
 }
 
 int cs_lc_state(cs_lifecycle *lc, int ns, uint64_t o)

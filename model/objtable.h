@@ -182,5 +182,11 @@ size_t ot_owned_since(cs_lifecycle *lc, int ns, int (*keep)(const obj *o, uint64
 /* Room for one more element of size elem in *v (n used of *cap); 0 when
  * out of memory. */
 int ot_room_for_one(void *v, size_t n, size_t *cap, size_t elem);
+/* qsort/bsearch order of uint64_t keys */
+int ot_cmp_u64(const void *a, const void *b);
+/* the keys of a namespace's live objects that keep(o, ud) accepts (all of
+ * them when keep is NULL), sorted, into a malloc'd *out; returns how many */
+size_t ot_live_keys(cs_lifecycle *lc, int ns, int (*keep)(const obj *, void *), void *ud,
+                    uint64_t **out);
 
 #endif

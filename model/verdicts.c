@@ -10,27 +10,45 @@
 typedef struct live_report {
     uint64_t origin_c;
     int n;
+    const uint64_t *held; /* sorted: not judged */
+    size_t nheld;
 } live_report;
+
+/* a live object made by the scope's handler, and judged by its end */
+static int from_scope(const obj *o, uint64_t origin_c)
+{
+    if (!o->nhist || o->hist[0].c != origin_c)
+        return 0;
+    /* module data made by an import inside the scope (numpy 2 imports
+     * numpy.random at first use): as at exit, not a leak */
+    return !(o->ns == CS_NS_NUMPY && (o->hist[0].flags & CS_EVF_IMPORT));
+}
 
 static void report_if_from(cs_lifecycle *lc, obj *o, void *ud)
 {
     live_report *r = ud;
-    if (!o->nhist || o->hist[0].c != r->origin_c)
+    if (!from_scope(o, r->origin_c) ||
+        (r->nheld && bsearch(&o->key, r->held, r->nheld, sizeof *r->held, ot_cmp_u64)))
         return;
-    if (o->ns == CS_NS_NUMPY && (o->hist[0].flags & CS_EVF_IMPORT))
-        return; /* module data made by an import inside the scope (numpy 2
-                 * imports numpy.random at first use): as at exit, not a leak */
     o->flags |= OF_LEAK_REPORTED;
     ot_report(lc, NULL, o->ns == CS_NS_NUMPY ? CS_KIND_NUMPY_LEAK : CS_KIND_DLPACK_LEAK, o, NULL, 0,
            0);
     r->n++;
 }
 
-int cs_lc_report_live(cs_lifecycle *lc, int ns, uint64_t origin_c)
+int cs_lc_report_live(cs_lifecycle *lc, int ns, uint64_t origin_c, const uint64_t *held,
+                      size_t nheld)
 {
-    live_report r = {origin_c, 0};
+    live_report r = {.origin_c = origin_c, .held = held, .nheld = held ? nheld : 0};
     ot_each_live(lc, ns, report_if_from, &r);
     return r.n;
+}
+
+static int keep_from(const obj *o, void *ud) { return from_scope(o, *(const uint64_t *)ud); }
+
+size_t cs_lc_live_from(cs_lifecycle *lc, int ns, uint64_t origin_c, uint64_t **out)
+{
+    return ot_live_keys(lc, ns, keep_from, &origin_c, out);
 }
 
 /* still alive at a normal exit, and nothing says it was meant to be */
@@ -91,12 +109,6 @@ static int cmp_leak(const void *a, const void *b)
     if (x->ns != y->ns)
         return x->ns - y->ns;
     return (x->key > y->key) - (x->key < y->key);
-}
-
-static int cmp_u64_key(const void *a, const void *b)
-{
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return (x > y) - (x < y);
 }
 
 static int cmp_root(const void *a, const void *b)
@@ -364,7 +376,7 @@ size_t ot_owned_since(cs_lifecycle *lc, int ns, int (*keep)(const obj *o, uint64
     since_list l = {since_ns, keep, NULL, 0, 0};
     ot_each_live(lc, ns, keep_since, &l);
     if (l.n)
-        qsort(l.v, l.n, sizeof *l.v, cmp_u64_key);
+        qsort(l.v, l.n, sizeof *l.v, ot_cmp_u64);
     *out = l.v;
     return l.n;
 }

@@ -9,6 +9,7 @@
 #ifndef CAPSAN_H
 #define CAPSAN_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
@@ -58,6 +59,12 @@ CAPSAN_API struct _object *capsan_get_handler(void);
  * that are still live: each becomes a numpy-leak finding now. Returns how
  * many. Call after gc.collect(). GIL held. */
 CAPSAN_API int capsan_handler_leaks(struct _object *handler);
+/* The same, except the n blocks of `held` (sorted addresses): ones that a
+ * Python object outside the scope still refers to. */
+CAPSAN_API int capsan_handler_leaks_except(struct _object *handler, const uint64_t *held, size_t n);
+/* The addresses of the blocks capsan_handler_leaks would judge, sorted:
+ * up to max of them into out; returns how many there are. GIL held. */
+CAPSAN_API size_t capsan_handler_live(struct _object *handler, uint64_t *out, size_t max);
 /* The clock the runtime stamps events with (CLOCK_MONOTONIC ns): a scope's
  * start, for capsan_scope_dlpack_leaks. */
 CAPSAN_API uint64_t capsan_now_ns(void);

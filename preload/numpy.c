@@ -917,12 +917,32 @@ PyObject_ *capsan_handler_new(PyObject_ *inner)
     return cap;
 }
 
-int capsan_handler_leaks(PyObject_ *handler)
+static const tracing *tracing_of(PyObject_ *handler)
 {
-    const tracing *t = handler ? cs_py.Capsule_GetPointer(handler, "mem_handler") : NULL;
+    return handler ? cs_py.Capsule_GetPointer(handler, "mem_handler") : NULL;
+}
+
+int capsan_handler_leaks(PyObject_ *handler) { return capsan_handler_leaks_except(handler, NULL, 0); }
+
+int capsan_handler_leaks_except(PyObject_ *handler, const uint64_t *held, size_t n)
+{
+    const tracing *t = tracing_of(handler);
     if (!t || !cs_lc)
         return 0;
-    int n = cs_lc_report_live(cs_lc, CS_NS_NUMPY, (uint64_t)(uintptr_t)&t->h);
+    int r = cs_lc_report_live(cs_lc, CS_NS_NUMPY, (uint64_t)(uintptr_t)&t->h, held, n);
     cs_findings_flush();
+    return r;
+}
+
+size_t capsan_handler_live(PyObject_ *handler, uint64_t *out, size_t max)
+{
+    const tracing *t = tracing_of(handler);
+    uint64_t *keys;
+    if (!t || !cs_lc)
+        return 0;
+    size_t n = cs_lc_live_from(cs_lc, CS_NS_NUMPY, (uint64_t)(uintptr_t)&t->h, &keys);
+    if (out)
+        memcpy(out, keys, (n < max ? n : max) * sizeof *keys);
+    free(keys);
     return n;
 }

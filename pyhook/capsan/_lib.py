@@ -164,6 +164,10 @@ _SIGS = {
     "capsan_set_handler": ([ctypes.c_void_p], ctypes.c_void_p),
     "capsan_get_handler": ([], ctypes.c_void_p),
     "capsan_handler_leaks": ([ctypes.c_void_p], ctypes.c_int),
+    "capsan_handler_leaks_except": ([ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t],
+                                    ctypes.c_int),
+    "capsan_handler_live": ([ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t],
+                            ctypes.c_size_t),
     "capsan_now_ns": ([], ctypes.c_uint64),
     "capsan_scope_dlpack_leaks": ([ctypes.c_uint64], ctypes.c_int),
     "capsan_handler_set_device": ([ctypes.py_object, ctypes.c_int], ctypes.c_int),
@@ -266,8 +270,22 @@ def get_handler():
     return _steal(call("capsan_get_handler"))
 
 
-def handler_leaks(handler) -> int:
+def handler_leaks(handler, held=()) -> int:
+    """Report the handler's live blocks as leaks, except `held` (addresses)."""
+    if held:
+        arr = (ctypes.c_uint64 * len(held))(*sorted(held))
+        return int(call("capsan_handler_leaks_except", _ref(handler), arr, len(held)))
     return int(call("capsan_handler_leaks", _ref(handler)))
+
+
+def handler_live(handler) -> list:
+    """The addresses of the handler's blocks still alive (what handler_leaks judges)."""
+    n = int(call("capsan_handler_live", _ref(handler), None, 0))
+    if not n:
+        return []
+    arr = (ctypes.c_uint64 * n)()
+    n = min(n, int(call("capsan_handler_live", _ref(handler), arr, n)))
+    return list(arr[:n])
 
 
 def now_ns() -> int:

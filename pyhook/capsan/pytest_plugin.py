@@ -15,7 +15,10 @@ A traced test:
   function-scoped fixture may hold the test's arrays until then) and a
   gc.collect(), the blocks the call allocated and still alive are
   numpy-leak findings (not judged when the test itself failed: its
-  traceback holds the frames and their arrays);
+  traceback holds the frames and their arrays), except the ones Python's
+  roots still reach (a module global, a cache, a class attribute, a
+  session fixture: capsan/reach.py); `@pytest.mark.capsan(roots=False)`
+  judges those too;
 - findings not allowed make the test fail, with the LeakSanitizer-style
   report and its stacks (pytest's own frames cut off) as the failure text.
 The terminal summary lists the tests with findings; --capsan-report=PATH
@@ -32,8 +35,9 @@ import sys
 
 import pytest
 
-_MARKER_HELP = ("capsan(allow=[kinds], check=True): trace this test with capsan; findings whose "
-                "kind is not in `allow` (exact names, globs like 'numpy-*', or 'leak') fail it")
+_MARKER_HELP = ("capsan(allow=[kinds], check=True, roots=True): trace this test with capsan; "
+                "findings whose kind is not in `allow` (exact names, globs like 'numpy-*', or "
+                "'leak') fail it; roots=False also judges blocks a module global or cache still holds")
 
 _STATE = pytest.StashKey()
 _TEST = pytest.StashKey()
@@ -112,13 +116,14 @@ def _wanted(item, st):
     if m is None and not st.enabled and "capsan_trace" not in getattr(item, "fixturenames", ()):
         return None
     allow = list(st.allow)
-    check = True
+    check, roots = True, True
     if m is not None:
         allow += list(m.kwargs.get("allow", ()) or ())
         if m.args:
             allow += list(m.args[0] if isinstance(m.args[0], (list, tuple)) else m.args)
         check = bool(m.kwargs.get("check", True))
-    return allow, check
+        roots = bool(m.kwargs.get("roots", True))
+    return allow, check, roots
 
 
 def _note_outside(st, capsan):
@@ -145,8 +150,8 @@ def pytest_runtest_protocol(item, nextitem):
         st.unchecked.append(item.nodeid)
         return None
     _note_outside(st, capsan)
-    allow, check = want
-    ts = _TestState(capsan.Trace(allow=allow, check=False), allow, check,
+    allow, check, roots = want
+    ts = _TestState(capsan.Trace(allow=allow, check=False, roots=roots), allow, check,
                     capsan.findings_count())
     item.stash[_TEST] = ts
     ihook = item.ihook

@@ -42,7 +42,13 @@ class Trace:
     any thread: DLPack findings too) is collected into `findings`.
 
     A block still referenced when the scope ends is a leak: keep the work
-    in a function, or `del` what must not outlive the scope. When the scope
+    in a function, or `del` what must not outlive the scope. With
+    `roots=True` (the pytest plugin's way), a block that Python's roots
+    still reach is held instead: a loaded module's globals, a cache or a
+    class attribute reachable from one, a local of a running frame other
+    than the one holding the `with` (capsan/reach.py), as LeakSanitizer's
+    root set decides; only a block nothing in Python accounts for (a
+    reference a C extension took and lost) is then a leak. When the scope
     is left by an exception, leaks are not judged (the traceback keeps the
     frames, and their arrays, alive); the other findings are collected.
 
@@ -52,8 +58,9 @@ class Trace:
     `with`, the scope only collects, unless `check=True`.
     """
 
-    def __init__(self, inner=None, *, allow=(), check=None, leaks=True):
+    def __init__(self, inner=None, *, allow=(), check=None, leaks=True, roots=False):
         self.inner = inner
+        self.roots = roots
         self.allow = list(allow or ())
         self.check = check
         self.leaks = leaks
@@ -75,7 +82,7 @@ class Trace:
         finally:
             # leaks are judged only on a normal exit (see the class docstring)
             if et is None:
-                self._judge(h)
+                self._judge(h, skip_frames=(sys._getframe(1),))
             if cursor is not None:
                 self._collect(cursor)
         if et is None and self.check:
@@ -109,10 +116,11 @@ class Trace:
         self._since = since
         return h, cursor
 
-    def _judge(self, h):
+    def _judge(self, h, skip_frames=()):
         """gc.collect(), then every block `h` allocated and still alive is a
         numpy-leak (only while the runtime records: after capsan.stop()
-        frees are no longer seen)."""
+        frees are no longer seen), unless `roots` and Python's roots reach
+        it (skip_frames are no roots)."""
         if not (self.leaks and _lib.active()):
             return
         gc.collect()
@@ -122,7 +130,11 @@ class Trace:
         if since and _lib.has("capsan_scope_dlpack_leaks"):
             _lib.scope_dlpack_leaks(since)
         if h is not None:
-            _lib.handler_leaks(h)
+            held = ()
+            if self.roots and _lib.has("capsan_handler_live"):
+                from .reach import reached_blocks
+                held = reached_blocks(_lib.handler_live(h), skip_frames)
+            _lib.handler_leaks(h, held)
 
     def _collect(self, cursor):
         new = parse(_lib.findings_json(cursor))
@@ -142,7 +154,8 @@ class Trace:
         check = True if self.check is None else self.check
 
         def scope():
-            t = Trace(self.inner, allow=self.allow, check=False, leaks=self.leaks)
+            t = Trace(self.inner, allow=self.allow, check=False, leaks=self.leaks,
+                      roots=self.roots)
             return t
 
         def merge(t):
@@ -240,7 +253,7 @@ class Trace:
         return f"<capsan.Trace {state}, {len(self.findings)} finding(s)>"
 
 
-def trace(inner=None, *, allow=(), check=None, leaks=True) -> Trace:
+def trace(inner=None, *, allow=(), check=None, leaks=True, roots=False) -> Trace:
     """A tracing scope: `with capsan.trace() as t:` or `@capsan.trace()`.
     See Trace."""
-    return Trace(inner, allow=allow, check=check, leaks=leaks)
+    return Trace(inner, allow=allow, check=check, leaks=leaks, roots=roots)
