@@ -65,6 +65,10 @@ CAPSAN_API int capsan_handler_leaks_except(struct _object *handler, const uint64
 /* The addresses of the blocks capsan_handler_leaks would judge, sorted:
  * up to max of them into out; returns how many there are. GIL held. */
 CAPSAN_API size_t capsan_handler_live(struct _object *handler, uint64_t *out, size_t max);
+/* Which of want[0..n) (sorted block addresses) an array or an unconsumed
+ * DLPack capsule reachable from `roots` holds: found[i] = 1 for each;
+ * returns how many. GIL held (see pyreach.h). */
+CAPSAN_API int capsan_reached(struct _object *roots, const uint64_t *want, size_t n, uint8_t *found);
 /* The clock the runtime stamps events with (CLOCK_MONOTONIC ns): a scope's
  * start, for capsan_scope_dlpack_leaks. */
 CAPSAN_API uint64_t capsan_now_ns(void);

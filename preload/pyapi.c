@@ -43,6 +43,18 @@ int cs_pyapi_init(void)
     SYM(Object_GetAttrString, "PyObject_GetAttrString");
     SYM(Err_SetString, "PyErr_SetString");
     SYM(Exc_RuntimeError, "PyExc_RuntimeError");
+    SYM(Type_IsSubtype, "PyType_IsSubtype");
+    cs_py.Capsule_Type = dlsym(RTLD_DEFAULT, "PyCapsule_Type");
+    SYM(Object_CallFunctionObjArgs, "PyObject_CallFunctionObjArgs");
+    SYM(CFunction_NewEx, "PyCFunction_NewEx");
+    SYM(AddPendingCall, "Py_AddPendingCall");
+    SYM(Thread_get_thread_ident, "PyThread_get_thread_ident");
+    SYM(Dict_Next, "PyDict_Next");
+    SYM(Long_AsUnsignedLong, "PyLong_AsUnsignedLong");
+    SYM(Sequence_List, "PySequence_List");
+    SYM(List_New, "PyList_New");
+    SYM(List_Append, "PyList_Append");
+    SYM(Err_Clear, "PyErr_Clear");
     cs_py.Code_Type = dlsym(RTLD_DEFAULT, "PyCode_Type");
     /* Py_Version since 3.11; Py_GetVersion()'s "3.10.13 (main, ..." always */
     const unsigned long *ver = dlsym(RTLD_DEFAULT, "Py_Version");

@@ -51,6 +51,19 @@ typedef struct cs_pyapi {
     PyObject_ *(*Object_GetAttrString)(PyObject_ *, const char *);
     void (*Err_SetString)(PyObject_ *, const char *);
     PyObject_ **Exc_RuntimeError;
+    /* the walk of what Python still reaches (pyreach.c, exitroots.c) */
+    int (*Type_IsSubtype)(const void *, const void *);
+    const void *Capsule_Type; /* &PyCapsule_Type */
+    PyObject_ *(*Object_CallFunctionObjArgs)(PyObject_ *, ...);
+    PyObject_ *(*CFunction_NewEx)(void *def, PyObject_ *self, PyObject_ *module);
+    int (*AddPendingCall)(int (*)(void *), void *);
+    unsigned long (*Thread_get_thread_ident)(void);
+    int (*Dict_Next)(PyObject_ *, intptr_t *, PyObject_ **, PyObject_ **);
+    unsigned long (*Long_AsUnsignedLong)(PyObject_ *);
+    PyObject_ *(*Sequence_List)(PyObject_ *);
+    PyObject_ *(*List_New)(intptr_t);
+    int (*List_Append)(PyObject_ *, PyObject_ *);
+    void (*Err_Clear)(void);
 } cs_pyapi;
 
 extern cs_pyapi cs_py;

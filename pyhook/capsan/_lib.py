@@ -168,6 +168,8 @@ _SIGS = {
                                     ctypes.c_int),
     "capsan_handler_live": ([ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t],
                             ctypes.c_size_t),
+    "capsan_reached": ([ctypes.py_object, ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t,
+                        ctypes.POINTER(ctypes.c_uint8)], ctypes.c_int),
     "capsan_now_ns": ([], ctypes.c_uint64),
     "capsan_scope_dlpack_leaks": ([ctypes.c_uint64], ctypes.c_int),
     "capsan_handler_set_device": ([ctypes.py_object, ctypes.c_int], ctypes.c_int),

@@ -10,41 +10,21 @@ roots reach is "still reachable", not a leak.
 The roots here are every loaded module, gc.garbage and the local variables
 of every frame that is still running, minus the frames that asked (the
 caller's own `with` block is not a root: what it holds at the scope's end
-is the scope's). The walk follows gc.get_referents, which also sees into
-containers the collector does not track (a dict holding only arrays is
-untracked), and an array's `base` (an array does not report what it refers
-to). An array's block is the address in its `data` field; a DLPack capsule
-not yet consumed (an export kept for later) reaches the data its tensor
-describes, which for numpy's export is the array's block.
+is the scope's). The runtime walks from them (capsan_reached, pyreach.c):
+what each object's tp_traverse visits, as gc.get_referents does (so into
+containers the collector does not track, such as a dict holding only
+arrays), an array's `base`, and the tensor of an unconsumed DLPack capsule
+(numpy's export holds its array's block). An array's block is the address
+in its `data` field. The same walk, from the frames of the threads still
+running at exit, decides what a daemon thread holds under `capsan run`.
 """
 from __future__ import annotations
 
+import ctypes
 import gc
 import sys
 
-# PyArrayObject_fields: PyObject_HEAD, then `char *data` (numpy 1.x and 2.x)
-_DATA_OFFSET = 2 * 8 if sys.maxsize > 2**32 else 2 * 4
-
-
-def _data_of(arr) -> int:
-    import ctypes
-    return ctypes.c_void_p.from_address(id(arr) + _DATA_OFFSET).value or 0
-
-
-_CAPSULE_NAMES = {b"dltensor": 0, b"dltensor_versioned": 32}  # dl_tensor's offset
-
-
-def _capsule_data(cap) -> int:
-    """The data pointer of the tensor an unconsumed DLPack capsule holds, or 0."""
-    import ctypes
-    from . import _lib
-    get_name = ctypes.pythonapi.PyCapsule_GetName
-    get_name.argtypes, get_name.restype = [ctypes.py_object], ctypes.c_char_p
-    name = get_name(cap)
-    if name not in _CAPSULE_NAMES or not _lib.has("capsan_capsule_peek"):
-        return 0
-    mt = _lib.call("capsan_capsule_peek", cap)  # the pointer, not consumed
-    return ctypes.c_void_p.from_address(mt + _CAPSULE_NAMES[name]).value or 0 if mt else 0
+from . import _lib
 
 
 def _frame_roots(skip_frames):
@@ -55,7 +35,7 @@ def _frame_roots(skip_frames):
         f = top
         while f is not None and id(f) not in seen:
             seen.add(id(f))
-            if f not in skip_frames:
+            if not any(f is s for s in skip_frames):
                 try:
                     out.extend(f.f_locals.values())
                 except Exception:  # a frame being torn down
@@ -67,34 +47,11 @@ def _frame_roots(skip_frames):
 def reached_blocks(candidates, skip_frames=()) -> set:
     """The addresses among `candidates` (NumPy block addresses) that an array
     reachable from the roots has as its data."""
-    want = set(candidates)
-    if not want:
+    want = sorted(set(candidates))
+    if not want or "numpy" not in sys.modules or not _lib.has("capsan_reached"):
         return set()
-    ndarray = sys.modules["numpy"].ndarray if "numpy" in sys.modules else None
-    if ndarray is None:
-        return set()
-    import datetime
-    capsule = type(datetime.datetime_CAPI)  # types.CapsuleType from 3.13 on
-    roots = list(sys.modules.values()) + list(gc.garbage) + _frame_roots(set(skip_frames))
-    seen = set(map(id, roots))
-    # the walk's own objects are not roots of anything
-    seen.update(map(id, (roots, want)))
-    found = set()
-    frontier = roots
-    while frontier:
-        # type(o), never isinstance(): an object's own __class__ may run code
-        arrays = [o for o in frontier if issubclass(type(o), ndarray)]
-        for d in [_data_of(a) for a in arrays] + [
-                _capsule_data(o) for o in frontier if type(o) is capsule]:
-            if d in want:
-                found.add(d)
-        if len(found) == len(want):
-            break
-        nxt = []
-        for o in gc.get_referents(*frontier) + [a.base for a in arrays if a.base is not None]:
-            i = id(o)
-            if i not in seen:
-                seen.add(i)
-                nxt.append(o)
-        frontier = nxt
-    return found
+    roots = list(sys.modules.values()) + list(gc.garbage) + _frame_roots(skip_frames)
+    arr = (ctypes.c_uint64 * len(want))(*want)
+    found = (ctypes.c_uint8 * len(want))()
+    _lib.call("capsan_reached", roots, arr, len(want), found)
+    return {w for w, f in zip(want, found) if f}
