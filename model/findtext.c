@@ -143,6 +143,8 @@ const char *cs_event_phrase(const cs_finding *f, int i)
     case CS_EV_REACHABLE:
         return ev->aux == CS_WHERE_THREAD
                  ? "held at the end by a Python thread still running (a daemon thread), which made or took it last"
+               : ev->aux == CS_WHERE_THREAD_FRAMES
+                 ? "held at the end by a Python thread still running (a daemon thread), whose frames reach it"
                  : "still referenced at the end: its address is stored in the process's memory";
     case CS_EV_NP_WRAP:
         return ev->a == ev->obj ? "array made around this memory at"
@@ -500,6 +502,7 @@ static const struct {
     [CS_WHERE_ANON] = {"anonymous", "anonymous memory (the interpreter's object arenas, large "
                                     "malloc blocks, threads' stacks)"},
     [CS_WHERE_THREAD] = {"thread", "a Python thread still running at exit"},
+    [CS_WHERE_THREAD_FRAMES] = {"thread-frames", "the frames of a Python thread still running at exit"},
 };
 
 const char *cs_where_text(unsigned region)

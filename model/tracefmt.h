@@ -170,6 +170,9 @@ enum cs_where {
                          * or other threads' malloc blocks, other threads' stacks */
     CS_WHERE_THREAD = 5, /* no scan: at exit, its latest event ran on a Python thread
                           * still running (a daemon thread), b = that thread's number */
+    CS_WHERE_THREAD_FRAMES = 6, /* at atexit, the frames of a Python thread still running
+                                 * (a daemon thread) reached its array, b = that thread's
+                                 * number (0: it made no event) */
 };
 
 typedef struct cs_event {

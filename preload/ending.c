@@ -15,6 +15,7 @@
 
 #include "arrow.h"
 #include "capsan.h"
+#include "exitroots.h"
 #include "options.h"
 #include "quarantine.h"
 #include "reach.h"
@@ -225,6 +226,16 @@ static void held_by_running_threads(void)
         }
         free(held);
     }
+    /* NumPy blocks those threads' frames reached at atexit (exitroots.c),
+     * whichever thread made them */
+    cs_lc_held *reached;
+    size_t k = cs_exitroots_held(&reached);
+    for (size_t i = 0; i < k; i++) {
+        cs_event ev = {.kind = CS_EV_NP_REACHABLE, .aux = CS_WHERE_THREAD_FRAMES,
+                       .obj = reached[i].key, .b = reached[i].thread};
+        cs_emit(&ev, 0, NULL, NULL);
+    }
+    free(reached);
 }
 
 void cs_ending_stopped(void) { atomic_store(&stopped, 1); }

@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "dltensor.h"
+#include "exitroots.h"
 #include "libpath.h"
 #include "options.h"
 #include "plausible.h"
@@ -672,8 +673,10 @@ static void learn_dealloc(void)
         if (!n && type)
             atomic_store(&free_sites[0], 1); /* no free() call: never a site */
     }
-    if (mod && wrap_api(mod))
+    if (mod && wrap_api(mod)) {
         dealloc_known = 1; /* numpy is imported: never again */
+        cs_exitroots_arm(); /* what daemon threads hold at exit */
+    }
     cs_py.Err_Restore(t, v, tb);
 }
 

@@ -55,6 +55,7 @@ int cs_pyapi_init(void)
     SYM(List_New, "PyList_New");
     SYM(List_Append, "PyList_Append");
     SYM(Err_Clear, "PyErr_Clear");
+    SYM(None_, "_Py_NoneStruct");
     cs_py.Code_Type = dlsym(RTLD_DEFAULT, "PyCode_Type");
     /* Py_Version since 3.11; Py_GetVersion()'s "3.10.13 (main, ..." always */
     const unsigned long *ver = dlsym(RTLD_DEFAULT, "Py_Version");

@@ -64,6 +64,7 @@ typedef struct cs_pyapi {
     PyObject_ *(*List_New)(intptr_t);
     int (*List_Append)(PyObject_ *, PyObject_ *);
     void (*Err_Clear)(void);
+    PyObject_ *None_; /* &_Py_NoneStruct */
 } cs_pyapi;
 
 extern cs_pyapi cs_py;

@@ -67,6 +67,7 @@ cs_thread *cs_thread_make(void)
     if (!t)
         return NULL;
     t->num = atomic_fetch_add(&next_num, 1);
+    t->pthread = (unsigned long)pthread_self();
     cs_thread_tls = t;
     pthread_setspecific(key, t);
     cs_spin_lock(&alive_mu);
@@ -91,6 +92,17 @@ size_t cs_thread_python_left(uint32_t *out, size_t max)
         }
     cs_spin_unlock(&alive_mu);
     return n;
+}
+
+uint32_t cs_thread_num_of(unsigned long pthread)
+{
+    uint32_t num = 0;
+    cs_spin_lock(&alive_mu);
+    for (cs_thread *t = alive; t && !num; t = t->next)
+        if (t->pthread == pthread)
+            num = t->num;
+    cs_spin_unlock(&alive_mu);
+    return num;
 }
 
 void cs_thread_fork_lock(int lock)

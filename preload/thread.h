@@ -27,6 +27,7 @@ typedef struct cs_thread {
                              * none left); valid during its event only */
     int py_walked;          /* py_rest was set by that capture */
     int python;             /* made an event holding the GIL: a Python thread */
+    unsigned long pthread;  /* pthread_self(): Python's thread ident */
     struct cs_thread *next, *prev; /* the registry of threads not yet exited */
 } cs_thread;
 
@@ -58,6 +59,9 @@ void cs_thread_init(void);
  * took. At most max into out; returns how
  * many there are. */
 size_t cs_thread_python_left(uint32_t *out, size_t max);
+/* The capsan number of the listed thread whose pthread_self() (Python's
+ * thread ident) is `pthread`, or 0 if none is listed. */
+uint32_t cs_thread_num_of(unsigned long pthread);
 /* fork(): the registry's lock held across it (1 before, 0 after, in the
  * parent and the child). The child keeps the other threads listed: they
  * did not come along, but their frames did, abandoned (CPython deletes

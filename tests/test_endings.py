@@ -221,6 +221,21 @@ def test_what_a_daemon_thread_holds_at_exit_is_not_leaked(tmp_path, anypy):
     assert res.stderr.count("ERROR: capsan: dlpack-leak") == 2, res.stderr[-4000:]
 
 
+def test_what_a_daemon_thread_only_received_is_not_leaked(tmp_path, anypy):
+    """A daemon worker that only received its arrays through a queue (it
+    made no event on them) is blocked at exit with its batch, and two more
+    arrays wait in its queue: its frames reach them at atexit, so they are
+    held, not leaked. The main thread's lost reference is still a
+    numpy-leak at its line."""
+    script = SCENARIOS / "daemon_queue.py"
+    res = run_capsan(script, tmp_path, interpreter=anypy)
+    assert "done" in res.stdout, res.describe()
+    assert res.returncode == DEFAULT_EXITCODE, res.describe()
+    assert kinds(res.report) == {"numpy-leak"}, summarize(res.report)
+    assert len(findings(res.report, "numpy-leak")) == 1, summarize(res.report)
+    assert_finding_at(res, "numpy-leak", script, "main-leak", innermost=False)
+
+
 def test_a_forked_child_does_not_leak_what_the_parents_threads_hold(tmp_path, interp):
     """The child of a fork made while another thread held arrays and a
     consumed tensor exits normally: those are held by a thread that stayed
