@@ -82,3 +82,20 @@ def test_pandas_own_arrow_interface_tests(tmp_path, apy):
     assert findings(res.report) == [], res.describe()
     m = re.search(r"(\d+) Arrow structs watched", res.stderr)
     assert m and int(m.group(1)) > 0, res.stderr[-2000:]
+
+
+def test_describe_says_a_dlpack_object_is_an_arrow_producer_too(tmp_path, apy):
+    """A pyarrow Array has __dlpack__ and __arrow_c_array__: describe()
+    shows the DLPack capsule and names the Arrow view (arrow=True shows it;
+    arrow=False asks for DLPack only and says nothing more)."""
+    script = SCENARIOS / "ar_describe_both.py"
+    res = run_capsan(script, tmp_path, interpreter=apy,
+                     env={"PYTHONPATH": str(SCENARIOS.parent.parent / "build" / "python")})
+    assert res.returncode == 0, res.describe()
+    hint = ("also an Arrow producer (__arrow_c_array__): describe(x, arrow=True) shows its "
+            "Arrow structs")
+    dl, rest = res.stderr.split("Arrow capsule", 1)
+    assert "DLPack capsule 'dltensor_versioned'" in dl and hint in dl, res.stderr
+    assert "arrow_array" in rest and "length 3" in rest, res.stderr
+    assert rest.count("DLPack capsule") == 1 and hint not in rest, res.stderr
+    assert findings(res.report) == [], res.describe()

@@ -64,14 +64,21 @@ _STRUCT = {1: ArrowSchema, 2: ArrowArray, 3: ArrowArrayStream, 4: ArrowDeviceArr
 _FLAGS = {1: "dictionary_ordered", 2: "nullable", 4: "map_keys_sorted"}
 
 
+DUNDERS = ("__arrow_c_schema__", "__arrow_c_array__", "__arrow_c_stream__")
+
+
+def arrow_dunders(t) -> list:
+    """The Arrow PyCapsule dunders type t has."""
+    return [m for m in DUNDERS if hasattr(t, m)]
+
+
 def is_arrow(obj) -> bool:
     """An Arrow capsule, or an object with an Arrow dunder (and no DLPack one)."""
     from . import dlpack as D
     if type(obj).__name__ == "PyCapsule":
         return D.capsule_name(obj) in NAMES
     t = type(obj)
-    return not hasattr(t, "__dlpack__") and any(
-        hasattr(t, m) for m in ("__arrow_c_schema__", "__arrow_c_array__", "__arrow_c_stream__"))
+    return not hasattr(t, "__dlpack__") and bool(arrow_dunders(t))
 
 
 def _original_release(p: int, typ: int) -> int:

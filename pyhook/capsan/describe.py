@@ -467,6 +467,8 @@ def describe(obj, consume: bool = False, *, max_version="auto", copy=None,
         d["source"] = "object"
         t = type(obj)
         d["object_type"] = f"{t.__module__}.{t.__qualname__}"
+        # a pyarrow Array speaks both: say that the other view exists
+        d["also_arrow"] = A.arrow_dunders(t) if arrow is None else []
         cap, asked = _get_capsule(obj, max_version, copy)
         d["requested_max_version"] = list(asked) if asked else None
         d["requested_copy"] = copy
@@ -648,6 +650,9 @@ def _render(d: dict) -> str:
         lines.append(f"  checks: {d['verdict']}")
         for x in bad:
             lines.append(f"    {x['rule']} {x['verdict']}: {x['message']}")
+    if d.get("also_arrow"):
+        lines.append(f"  also an Arrow producer ({', '.join(d['also_arrow'])}): "
+                     f"describe(x, arrow=True) shows its Arrow structs")
     return "\n".join(lines)
 
 
