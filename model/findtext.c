@@ -162,6 +162,8 @@ const char *cs_finding_object_type(const cs_finding *f)
 {
     if (f->kind == CS_KIND_LIVE_AT_EXIT && f->nevents && f->events[0].kind == CS_EV_NP_ALLOC)
         return "numpy data";
+    if (f->kind == CS_KIND_LIVE_AT_EXIT && f->nevents && f->events[0].kind == CS_EV_AR_EXPORT)
+        return cs_ar_object_type(f);
     if (CS_KIND_IS_ARROW(f->kind))
         return cs_ar_object_type(f);
     switch (f->kind) {
@@ -373,6 +375,11 @@ const char *cs_finding_message(const cs_finding *f, char *buf, size_t n)
         if (f->detail == CS_LIVE_KILLED)
             snprintf(buf, n, "%s 0x%llx (%llu bytes) was still allocated when the process was "
                      "killed (no leak verdict)", t, p, (unsigned long long)f->bytes);
+        else if (f->nevents && f->events[0].kind == CS_EV_AR_EXPORT)
+            snprintf(buf, n, "%s 0x%llx was still %s when the process called _exit(), which "
+                     "runs no cleanup: live, not leaked", t, p,
+                     f->events[f->nevents - 1].kind == CS_EV_AR_REACHABLE
+                         ? "referenced" : "in its capsule (a live Python object)");
         else
             snprintf(buf, n, "%s 0x%llx (%llu bytes) was still referenced when the process "
                      "called _exit(), which runs no cleanup: live, not leaked", t, p,

@@ -197,6 +197,11 @@ static int what_at_end(cs_lifecycle *lc, const obj *o, int how)
     if (how == CS_END_QUICK_EXIT) {
         if (!live_at_quick_exit(o) || (o->nhist && o->hist[0].time_ns < lc->born_ns))
             return -1; /* or inherited from the parent this process forked from */
+        /* an Arrow struct still in its capsule: the capsule, a Python
+         * object, is alive, and _exit runs no destructor (a forked
+         * multiprocessing worker ends so) */
+        if (o->ns == CS_NS_ARROW && o->state == CS_ST_CREATED && !(o->flags & OF_CAPSULE_DEAD))
+            return 3;
         return (o->flags & OF_REACHABLE) ? 3 : 0;
     }
     return leaked_at_exit(lc, o) || dropped_at_exit(o) ? 0

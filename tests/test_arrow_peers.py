@@ -99,3 +99,21 @@ def test_describe_says_a_dlpack_object_is_an_arrow_producer_too(tmp_path, apy):
     assert "arrow_array" in rest and "length 3" in rest, res.stderr
     assert rest.count("DLPack capsule") == 1 and hint not in rest, res.stderr
     assert findings(res.report) == [], res.describe()
+
+
+def test_arrow_capsules_alive_at_os_exit_are_live_not_leaked(tmp_path, apy):
+    """A fork-started multiprocessing worker ends with os._exit() while a
+    module-level registry holds Arrow capsules (never consumed) and a
+    nanoarrow stream: they are live-at-exit warnings, not arrow-leak
+    errors, so the worker's exit code stays 0 and the run is clean of
+    errors (it was 23 when a capsule's struct, never wrapped, was judged
+    leaked)."""
+    script = SCENARIOS / "ar_exit_live.py"
+    res = run_capsan(script, tmp_path, interpreter=apy)
+    assert "child read 3" in res.stdout and "child exitcode 0" in res.stdout, res.describe()
+    assert res.returncode == 0, res.describe()
+    fs = findings(res.report)
+    assert fs and {f["kind"] for f in fs} == {"live-at-exit"}, res.describe()
+    assert all(f["severity"] == "warning" for f in fs), res.describe()
+    assert "ArrowArray" in res.stderr and "DLManagedTensor" not in res.stderr, res.stderr[-3000:]
+    assert_finding_at(res, "live-at-exit", script, "capsules", event="export", innermost=False)
