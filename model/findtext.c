@@ -145,6 +145,10 @@ const char *cs_event_phrase(const cs_finding *f, int i)
                  ? "held at the end by a Python thread still running (a daemon thread), which made or took it last"
                : ev->aux == CS_WHERE_THREAD_FRAMES
                  ? "held at the end by a Python thread still running (a daemon thread), whose frames reach it"
+               : ev->aux == CS_WHERE_ARROW_BUFFER
+                 ? "held at the end by a pyarrow buffer made around its array (zero-copy), which a module "
+                   "still reached as the interpreter began to exit: pyarrow lets go of it at shutdown "
+                   "without releasing the array"
                  : "still referenced at the end: its address is stored in the process's memory";
     case CS_EV_NP_WRAP:
         return ev->a == ev->obj ? "array made around this memory at"
@@ -510,6 +514,7 @@ static const struct {
                                     "malloc blocks, threads' stacks)"},
     [CS_WHERE_THREAD] = {"thread", "a Python thread still running at exit"},
     [CS_WHERE_THREAD_FRAMES] = {"thread-frames", "the frames of a Python thread still running at exit"},
+    [CS_WHERE_ARROW_BUFFER] = {"arrow-buffer", "a pyarrow buffer a module reached at exit"},
 };
 
 const char *cs_where_text(unsigned region)

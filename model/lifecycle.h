@@ -154,6 +154,13 @@ size_t cs_lc_live(cs_lifecycle *lc);
 int cs_lc_report_live(cs_lifecycle *lc, int ns, uint64_t origin_c, const uint64_t *held,
                       size_t nheld);
 
+/* The keys of the live objects of a namespace that a normal exit would
+ * judge leaked if they stayed alive (not held, not module data), sorted,
+ * into a malloc'd *out the caller frees; returns how many. */
+size_t cs_lc_exit_candidates(cs_lifecycle *lc, int ns, uint64_t **out);
+/* sizes[i] = the bytes of keys[i] (0 when it is not there); returns 1 */
+int cs_lc_sizes(cs_lifecycle *lc, int ns, const uint64_t *keys, size_t n, uint64_t *sizes);
+
 /* The keys of the live objects of a namespace whose origin event has c ==
  * origin_c, sorted, into a malloc'd *out the caller frees; returns how
  * many (the ones cs_lc_report_live would judge). */

@@ -597,6 +597,18 @@ size_t cs_lc_live_keys(cs_lifecycle *lc, int ns, uint64_t **out)
     return ot_live_keys(lc, ns, NULL, NULL, out);
 }
 
+int cs_lc_sizes(cs_lifecycle *lc, int ns, const uint64_t *keys, size_t n, uint64_t *sizes)
+{
+    for (size_t i = 0; i < n; i++) {
+        stripe *st = ot_stripe_of(lc, keys[i]);
+        ot_lock(lc, st);
+        obj *o = ot_find(st, keys[i], ns);
+        sizes[i] = o ? o->bytes : 0;
+        ot_unlock(lc, st);
+    }
+    return 1;
+}
+
 int cs_lc_state(cs_lifecycle *lc, int ns, uint64_t o)
 {
     obj *x = ot_find(ot_stripe_of(lc, o), o, ns);

@@ -173,6 +173,8 @@ enum cs_where {
     CS_WHERE_THREAD_FRAMES = 6, /* at atexit, the frames of a Python thread still running
                                  * (a daemon thread) reached its array, b = that thread's
                                  * number (0: it made no event) */
+    CS_WHERE_ARROW_BUFFER = 7, /* at atexit, a pyarrow buffer that a module reached was made
+                                * around its array (zero-copy), a = the buffer's address */
 };
 
 typedef struct cs_event {

@@ -69,6 +69,13 @@ static int leaked_at_exit(cs_lifecycle *lc, const obj *o)
     return 1;
 }
 
+static int judged_at_exit(const obj *o, void *ud) { return leaked_at_exit(ud, o); }
+
+size_t cs_lc_exit_candidates(cs_lifecycle *lc, int ns, uint64_t **out)
+{
+    return ot_live_keys(lc, ns, judged_at_exit, lc, out);
+}
+
 /* released by a consumer that never renamed its capsule, which is still
  * alive at exit: its destructor will delete again at shutdown (R8) */
 static int unrenamed_at_exit(const obj *o)

@@ -13,14 +13,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "arrow.h"
 #include "capsan.h"
 #include "exitroots.h"
 #include "options.h"
-#include "quarantine.h"
-#include "reach.h"
 #include "roots.h"
 #include "runtime.h"
+#include "scan.h"
 #include "tracefile.h"
 
 static char self_path[512];
@@ -77,9 +75,6 @@ static void note_arrow_reachable(void *ud, uint64_t key, uint64_t where, uint64_
     cs_emit(&ev, 0, NULL, NULL);
 }
 
-static int scan_process(const uint64_t *keys, size_t n, const void *also, size_t also_n,
-                        cs_root_cb cb, void *ud);
-
 /* Arrow structs moved out and never released: those whose copy is still
  * stored somewhere are held, not leaked (every copy carries its record) */
 static void scan_arrow_at_end(void)
@@ -87,31 +82,13 @@ static void scan_arrow_at_end(void)
     uint64_t *keys;
     size_t n = cs_lc_live_keys(cs_lc, CS_NS_ARROW, &keys);
     if (n)
-        scan_process(keys, n, NULL, 0, note_arrow_reachable, NULL);
+        cs_scan_process(keys, n, NULL, 0, note_arrow_reachable, NULL);
     free(keys);
 }
 
 /* ---- API mode: a scope's unreleased tensors ---- */
 
 uint64_t capsan_now_ns(void) { return cs_now_ns(); }
-
-/* One reachability scan of the process for the sorted keys (reach.c),
- * capsan's own memory left out: its tables, its findings, and `also`
- * (n bytes). -1 when out of memory (nothing scanned). */
-static int scan_process(const uint64_t *keys, size_t n, const void *also, size_t also_n,
-                        cs_root_cb cb, void *ud)
-{
-    cs_reach *r = cs_reach_new(keys, n);
-    if (!r)
-        return -1;
-    cs_reach_own(r, also, also_n);
-    cs_lc_own_memory(cs_lc, cs_reach_own, r);
-    cs_findings_own_memory(cs_reach_own, r);
-    cs_qr_own_memory(cs_reach_own, r); /* freed blocks, their free deferred */
-    cs_ar_own_memory(cs_reach_own, r);
-    cs_reach_run(r, cb, ud);
-    return 0;
-}
 
 typedef struct found_keys {
     const uint64_t *keys;
@@ -151,7 +128,7 @@ static int scope_leaks(uint64_t since_ns, int arrow)
      * rest costs a scan */
     found_keys f = {keys, n, calloc(n, 1)};
     int reported = 0;
-    if (f.found && scan_process(keys, n, f.found, n, note_found, &f) == 0) {
+    if (f.found && cs_scan_process(keys, n, f.found, n, note_found, &f) == 0) {
         cs_thread *t = cs_thread_get();
         for (size_t i = 0; i < n; i++) {
             if (f.found[i])
@@ -194,7 +171,7 @@ static void scan_at_quick_exit(void)
         free(np);
         free(dl);
         np = dl = NULL;
-        scan_process(keys, k, NULL, 0, note_reachable_any, NULL);
+        cs_scan_process(keys, k, NULL, 0, note_reachable_any, NULL);
     }
     free(np);
     free(dl);
@@ -226,13 +203,13 @@ static void held_by_running_threads(void)
         }
         free(held);
     }
-    /* NumPy blocks those threads' frames reached at atexit (exitroots.c),
-     * whichever thread made them */
-    cs_lc_held *reached;
+    /* NumPy blocks those threads' frames reached at atexit, or a pyarrow
+     * buffer a module reached then (exitroots.c) */
+    cs_exit_held *reached;
     size_t k = cs_exitroots_held(&reached);
     for (size_t i = 0; i < k; i++) {
-        cs_event ev = {.kind = CS_EV_NP_REACHABLE, .aux = CS_WHERE_THREAD_FRAMES,
-                       .obj = reached[i].key, .b = reached[i].thread};
+        cs_event ev = {.kind = CS_EV_NP_REACHABLE, .aux = reached[i].region,
+                       .obj = reached[i].key, .a = reached[i].where, .b = reached[i].thread};
         cs_emit(&ev, 0, NULL, NULL);
     }
     free(reached);

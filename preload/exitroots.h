@@ -1,10 +1,14 @@
-/* What the Python threads still running at a normal exit hold. CPython's
- * finalization abandons a daemon thread's frames: the arrays they reach
- * are never freed, yet the program did not leak them. At the interpreter's
- * atexit time (the threads still there, Python alive) capsan walks from
- * each other thread's frames (pyreach.c) and notes the live NumPy blocks
- * they reach, for the exit's verdicts (ending.c). Only under LD_PRELOAD:
- * API mode judges no leak at exit. */
+/* What the program still held as the interpreter began to exit, for the
+ * exit's verdicts (ending.c): NumPy blocks that finalization may not free
+ * although the program did not leak them. At the interpreter's atexit
+ * time (other threads still there, Python alive) capsan notes
+ * - the live blocks the frames of each other thread reach (pyreach.c):
+ *   finalization abandons a daemon thread's frames;
+ * - the live blocks whose address is stored somewhere other than their own
+ *   arrays and live DLPack tensors (a scan, scan.h): a library's buffer
+ *   made around an array (pyarrow's zero-copy pa.array(ndarray)) may keep
+ *   its reference through shutdown on purpose.
+ * Only under LD_PRELOAD: API mode judges no leak at exit. */
 #ifndef CAPSAN_EXITROOTS_H
 #define CAPSAN_EXITROOTS_H
 
@@ -15,9 +19,15 @@
 
 /* Once numpy is imported (GIL held): have the walk run at atexit. */
 void cs_exitroots_arm(void);
-/* The blocks the walk found, with the capsan number of the thread whose
- * frames reach each (0: a thread that made no event); malloc'd, the
- * caller frees; returns how many. */
-size_t cs_exitroots_held(cs_lc_held **out);
+typedef struct cs_exit_held {
+    uint64_t key;
+    uint64_t where;  /* the scan: the word that holds it */
+    uint32_t thread; /* the walk: the capsan number of the thread whose frames
+                      * reach it (0: a thread that made no event) */
+    uint16_t region; /* CS_WHERE_THREAD_FRAMES, or the scan's CS_WHERE_* */
+} cs_exit_held;
+
+/* What was found; malloc'd, the caller frees; returns how many. */
+size_t cs_exitroots_held(cs_exit_held **out);
 
 #endif

@@ -56,6 +56,9 @@ int cs_pyapi_init(void)
     SYM(List_Append, "PyList_Append");
     SYM(Err_Clear, "PyErr_Clear");
     SYM(None_, "_Py_NoneStruct");
+    SYM(Import_GetModuleDict, "PyImport_GetModuleDict");
+    SYM(List_Size, "PyList_Size");
+    SYM(List_GetItem, "PyList_GetItem");
     cs_py.Code_Type = dlsym(RTLD_DEFAULT, "PyCode_Type");
     /* Py_Version since 3.11; Py_GetVersion()'s "3.10.13 (main, ..." always */
     const unsigned long *ver = dlsym(RTLD_DEFAULT, "Py_Version");

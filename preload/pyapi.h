@@ -65,6 +65,9 @@ typedef struct cs_pyapi {
     int (*List_Append)(PyObject_ *, PyObject_ *);
     void (*Err_Clear)(void);
     PyObject_ *None_; /* &_Py_NoneStruct */
+    PyObject_ *(*Import_GetModuleDict)(void);
+    intptr_t (*List_Size)(PyObject_ *);
+    PyObject_ *(*List_GetItem)(PyObject_ *, intptr_t);
 } cs_pyapi;
 
 extern cs_pyapi cs_py;

@@ -160,7 +160,7 @@ static size_t mark(uint64_t v, const uint64_t *want, size_t n, uint8_t *found)
     return 0;
 }
 
-static const void *ndarray_type(void)
+const void *cs_pyreach_ndarray(void)
 {
     /* numpy is imported already: capsan has blocks only then */
     PyObject_ *np = cs_py.Import_ImportModule ? cs_py.Import_ImportModule("numpy") : NULL;
@@ -175,26 +175,49 @@ static const void *ndarray_type(void)
     return t;
 }
 
-size_t cs_pyreach(PyObject_ *roots, const uint64_t *want, size_t n, uint8_t *found)
+typedef struct collector {
+    const char *prefix;
+    size_t len;
+    void (*fn)(PyObject_ *, void *);
+    void *ud;
+    type_memo memo; /* is[]: the type's name has the prefix */
+} collector;
+
+static int wanted_type(collector *c, const type_head *tp)
 {
-    if (!n || !roots || !cs_py.Type_IsSubtype || !cs_py.Capsule_Type || !cs_py.Err_Clear)
+    unsigned k = (unsigned)(((uintptr_t)tp >> 4) & 63);
+    if (c->memo.type[k] != tp) {
+        c->memo.type[k] = tp;
+        c->memo.is[k] = (uint8_t)(tp->tp_name && !strncmp(tp->tp_name, c->prefix, c->len));
+    }
+    return c->memo.is[k];
+}
+
+/* The walk: found[] for want[], and every object of a collected type */
+static size_t run(PyObject_ *roots, const uint64_t *want, size_t n, uint8_t *found, collector *c)
+{
+    if (!roots || !cs_py.Type_IsSubtype || !cs_py.Capsule_Type || !cs_py.Err_Clear)
         return 0;
-    const void *ndarray = ndarray_type();
+    const void *ndarray = cs_pyreach_ndarray();
     if (!ndarray)
         return 0;
-    memset(found, 0, n);
+    if (n)
+        memset(found, 0, n);
     walk w = {0};
     type_memo memo = {{0}, {0}};
     size_t got = 0;
     visit(roots, &w);
-    while (w.ntodo && got < n && !w.oom) {
+    while (w.ntodo && (c || got < n) && !w.oom) {
         PyObject_ *o = w.todo[--w.ntodo];
         const type_head *tp = type_of(o);
         if (is_array(&memo, tp, ndarray)) {
-            got += mark(*(const uint64_t *)((const char *)o + ND_DATA), want, n, found);
+            got += n ? mark(*(const uint64_t *)((const char *)o + ND_DATA), want, n, found) : 0;
             visit(*(PyObject_ *const *)((const char *)o + ND_BASE), &w);
         } else if ((const void *)tp == cs_py.Capsule_Type) {
-            got += mark(capsule_data(o), want, n, found);
+            got += n ? mark(capsule_data(o), want, n, found) : 0;
+        } else if (c && wanted_type(c, tp)) {
+            cs_py.IncRef(o); /* the callee keeps it past the walk */
+            c->fn(o, c->ud);
         }
         if ((tp->tp_flags & TPFLAGS_HAVE_GC) && tp->tp_traverse && (!tp->tp_is_gc || tp->tp_is_gc(o)))
             tp->tp_traverse(o, visit, &w);
@@ -202,6 +225,18 @@ size_t cs_pyreach(PyObject_ *roots, const uint64_t *want, size_t n, uint8_t *fou
     free(w.todo);
     free(w.seen);
     return got;
+}
+
+size_t cs_pyreach(PyObject_ *roots, const uint64_t *want, size_t n, uint8_t *found)
+{
+    return n ? run(roots, want, n, found, NULL) : 0;
+}
+
+void cs_pyreach_collect(PyObject_ *roots, const char *prefix,
+                        void (*collect)(PyObject_ *o, void *ud), void *ud)
+{
+    collector c = {.prefix = prefix, .len = strlen(prefix), .fn = collect, .ud = ud};
+    run(roots, NULL, 0, NULL, &c);
 }
 
 int capsan_reached(PyObject_ *roots, const uint64_t *want, size_t n, uint8_t *found)

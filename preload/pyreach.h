@@ -17,4 +17,12 @@
  * (tp_traverse runs none). 0 when numpy is not imported. */
 size_t cs_pyreach(PyObject_ *roots, const uint64_t *want, size_t n, uint8_t *found);
 
+/* The same walk to its end, handing `collect` every object met whose
+ * type's name starts with `prefix` (a new reference the callee owns). */
+void cs_pyreach_collect(PyObject_ *roots, const char *prefix,
+                        void (*collect)(PyObject_ *o, void *ud), void *ud);
+
+/* numpy.ndarray (a static type), or NULL when numpy is not imported. GIL held. */
+const void *cs_pyreach_ndarray(void);
+
 #endif
