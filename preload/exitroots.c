@@ -230,6 +230,8 @@ static void pyarrow_buffers(void)
     uint64_t *keys = NULL;
     size_t n = cs_lc && cs_recording ? cs_lc_exit_candidates(cs_lc, CS_NS_NUMPY, &keys) : 0;
     PyObject_ *modules = n && cs_py.Import_GetModuleDict ? cs_py.Import_GetModuleDict() : NULL;
+    if (modules && !(cs_py.Dict_GetItemString && cs_py.Dict_GetItemString(modules, "pyarrow.lib")))
+        modules = NULL; /* no pyarrow: no walk */
     uint64_t *sizes = modules ? calloc(n, sizeof *sizes) : NULL;
     if (sizes && cs_lc_sizes(cs_lc, CS_NS_NUMPY, keys, n, sizes)) {
         pa_objects l = {0};

@@ -57,6 +57,7 @@ int cs_pyapi_init(void)
     SYM(Err_Clear, "PyErr_Clear");
     SYM(None_, "_Py_NoneStruct");
     SYM(Import_GetModuleDict, "PyImport_GetModuleDict");
+    SYM(Dict_GetItemString, "PyDict_GetItemString");
     SYM(List_Size, "PyList_Size");
     SYM(List_GetItem, "PyList_GetItem");
     cs_py.Code_Type = dlsym(RTLD_DEFAULT, "PyCode_Type");

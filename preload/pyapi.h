@@ -66,6 +66,7 @@ typedef struct cs_pyapi {
     void (*Err_Clear)(void);
     PyObject_ *None_; /* &_Py_NoneStruct */
     PyObject_ *(*Import_GetModuleDict)(void);
+    PyObject_ *(*Dict_GetItemString)(PyObject_ *, const char *);
     intptr_t (*List_Size)(PyObject_ *);
     PyObject_ *(*List_GetItem)(PyObject_ *, intptr_t);
 } cs_pyapi;
