@@ -244,6 +244,19 @@ char *cs_flag_value(int argc, char **argv, int *i, const char *flag)
     return argv[++*i];
 }
 
+/* A process of the run that left its trace without an END: a descendant
+ * killed by a signal capsan does not catch (SIGTERM from its parent, as
+ * multiprocessing's terminate() sends; SIGKILL), or one still running. No
+ * one printed its report: its trace is replayed here, as `capsan report`
+ * would show it. */
+static void report_unended(const char *path, long pid, void *ud)
+{
+    (void)ud;
+    cs_report_text_one(path, stderr);
+    fprintf(stderr, "capsan: process %ld ended without capsan seeing it end (killed by a signal "
+                    "such as SIGTERM or SIGKILL, or still running); trace: %s\n", pid, path);
+}
+
 static int cmd_run(int argc, char **argv)
 {
     kvlist flags = { 0 };
@@ -384,7 +397,7 @@ static int cmd_run(int argc, char **argv)
     } else {
         rc = WIFEXITED(status) ? WEXITSTATUS(status) : EXIT_INTERNAL;
         cs_run_summary(log_path, (uint64_t)run_start.tv_sec * 1000000000ull +
-                                     (uint64_t)run_start.tv_nsec, stderr);
+                                     (uint64_t)run_start.tv_nsec, stderr, report_unended, NULL);
     }
     kv_free(&opts);
     kv_free(&flags);

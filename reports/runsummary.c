@@ -20,7 +20,19 @@ static int is_trace_name(const char *name, const char *base)
     return 1;
 }
 
-int cs_run_summary(const char *log_path, uint64_t since_realtime_ns, FILE *out)
+typedef struct unended_trace {
+    char *path;
+    long pid;
+} unended_trace;
+
+static int by_pid(const void *a, const void *b)
+{
+    const unended_trace *x = a, *y = b;
+    return (x->pid > y->pid) - (x->pid < y->pid);
+}
+
+int cs_run_summary(const char *log_path, uint64_t since_realtime_ns, FILE *out,
+                   void (*unended)(const char *path, long pid, void *ud), void *ud)
 {
     char dir[PATH_MAX];
     const char *slash = strrchr(log_path, '/');
@@ -34,8 +46,10 @@ int cs_run_summary(const char *log_path, uint64_t since_realtime_ns, FILE *out)
     unsigned procs = 0, stopped = 0;
     uint64_t tensors = 0, blocks = 0, arrow = 0, events = 0;
     int clean = 1;
+    unended_trace *un = NULL;
+    size_t nun = 0;
     struct dirent *de;
-    while (clean && (de = readdir(d))) {
+    while ((de = readdir(d))) {
         if (!is_trace_name(de->d_name, base))
             continue;
         char path[PATH_MAX + 256], err[512];
@@ -43,11 +57,16 @@ int cs_run_summary(const char *log_path, uint64_t since_realtime_ns, FILE *out)
         cs_trace *t = cs_trace_open(path, err, sizeof err);
         if (!t)
             continue; /* not a trace (or not ours): the report names it */
-        if (t->hdr.start_realtime_ns >= since_realtime_ns) {
+        if (t->hdr.start_realtime_ns >= since_realtime_ns && !t->has_end) {
+            unended_trace *v = realloc(un, (nun + 1) * sizeof *v);
+            if (v) {
+                un = v;
+                un[nun++] = (unended_trace){strdup(path), (long)t->hdr.pid};
+            }
+        } else if (t->hdr.start_realtime_ns >= since_realtime_ns) {
             procs++;
-            /* ended without its verdict (killed), or found something: the
-             * run's other lines say so */
-            if (!t->has_end || t->end.findings || t->error)
+            /* found something: its own report said so at its exit */
+            if (t->end.findings || t->error)
                 clean = 0;
             tensors += t->end.tensors;
             blocks += t->end.blocks;
@@ -58,15 +77,23 @@ int cs_run_summary(const char *log_path, uint64_t since_realtime_ns, FILE *out)
         cs_trace_close(t);
     }
     closedir(d);
-    if (!clean)
+    qsort(un, nun, sizeof *un, by_pid);
+    for (size_t i = 0; i < nun; i++) {
+        if (un[i].path && unended)
+            unended(un[i].path, un[i].pid, ud);
+        free(un[i].path);
+    }
+    free(un);
+    if (!clean || (!procs && nun))
         return 0;
     if (!procs)
         fprintf(out, "capsan: no findings: no process made a DLPack, NumPy or Arrow event "
                      "(nothing was watched)\n");
     else
-        fprintf(out, "capsan: no findings: %u process%s traced, %llu tensor%s, %llu NumPy "
+        fprintf(out, "capsan: no findings%s: %u process%s traced, %llu tensor%s, %llu NumPy "
                      "block%s and %llu Arrow struct%s watched (%llu events)\n",
-                procs, procs == 1 ? "" : "es", (unsigned long long)tensors,
+                nun ? " in the processes that ended" : "", procs, procs == 1 ? "" : "es",
+                (unsigned long long)tensors,
                 tensors == 1 ? "" : "s", (unsigned long long)blocks, blocks == 1 ? "" : "s",
                 (unsigned long long)arrow, arrow == 1 ? "" : "s", (unsigned long long)events);
     if (stopped)

@@ -5,8 +5,8 @@ verbosity=1 asks."""
 import re
 import subprocess
 
-from conftest import (SCENARIOS, CAPSAN, STATIC_PY, base_env, findings, require_fixtures,
-                      run_capsan, summarize)
+from conftest import (SCENARIOS, CAPSAN, STATIC_PY, base_env, findings, marker_line,
+                      require_fixtures, run_capsan, summarize)
 
 LINE = re.compile(r"^capsan: no findings: (\d+) process(?:es)? traced, (\d+) tensors?, "
                   r"(\d+) NumPy blocks? and (\d+) Arrow structs? watched \((\d+) events\)$", re.M)
@@ -94,3 +94,25 @@ def test_older_end_records_still_summed(tmp_path):
     assert cp.returncode == 0, cp.stderr
     m = LINE.search(cp.stderr)
     assert m and m.group(1) == "1" and m.groups()[1:4] == ("5", "7", "0"), cp.stderr
+
+
+def test_a_child_killed_unseen_is_reported_by_the_run(tmp_path):
+    """A child its parent killed with SIGTERM ends without an END and
+    without printing: `capsan run` replays its trace (what was still alive
+    when it was killed, at its lines), says which process it was, and
+    still gives the parent's clean line, for the processes that ended."""
+    script = SCENARIOS / "killed_child_holds.py"
+    res = run_capsan(script, tmp_path)
+    m = re.search(r"parent done (\d+)", res.stdout)
+    assert m and res.returncode == 0, res.describe()
+    child = m.group(1)
+    err = res.stderr
+    assert re.search(rf"capsan: process {child} ended without capsan seeing it end \(killed by a "
+                     rf"signal such as SIGTERM or SIGKILL, or still running\); trace: \S+\.{child}",
+                     err), err[-3000:]
+    assert f"=={child}==WARNING: capsan:" in err and "when the process was killed" in err, err[-3000:]
+    for tag in ("child-array", "child-export"):
+        assert f"killed_child_holds.py:{marker_line(script, tag)} in <module>" in err, err[-3000:]
+    assert re.search(r"^capsan: no findings in the processes that ended: 1 process traced",
+                     err, re.M), err[-3000:]
+    assert err.index(f"process {child} ended without") < err.index("no findings in the"), err
