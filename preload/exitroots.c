@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "pabuffers.h"
 #include "pyapi.h"
 #include "pyreach.h"
 #include "runtime.h"
@@ -109,7 +110,7 @@ static void walk_threads(void)
         if (id == me)
             continue;
         PyObject_ *roots = frame_roots(f);
-        if (roots && cs_pyreach(roots, keys, n, found)) {
+        if (roots && cs_pyreach(roots, keys, n, found, NULL)) {
             uint32_t num = cs_thread_num_of(id);
             for (size_t i = 0; i < n; i++)
                 if (found[i])
@@ -123,126 +124,27 @@ static void walk_threads(void)
     free(keys);
 }
 
-/* ---- pyarrow objects made around NumPy arrays ----
- * pa.array(ndarray) and pa.Table.from_pandas(df) wrap the array's memory
+/* pa.array(ndarray) and pa.Table.from_pandas(df) wrap the array's memory
  * without a copy: a pyarrow buffer holds the array. When such an object
  * dies during finalization, pyarrow lets go of its buffer without the
  * reference (Python is going away), so the array outlives the process,
  * though the program held it properly. The buffers of the pyarrow objects
- * a module still reaches at atexit name those blocks. */
-
-typedef struct pa_objects {
-    PyObject_ **v;
-    size_t n, cap;
-} pa_objects;
-
-#define MAX_PA_OBJECTS 100000
-
-static void collect_pa(PyObject_ *o, void *ud)
-{
-    pa_objects *l = ud;
-    if (l->n == l->cap) {
-        size_t cap = l->cap ? l->cap * 2 : 64;
-        PyObject_ **v = l->n < MAX_PA_OBJECTS ? realloc(l->v, cap * sizeof *v) : NULL;
-        if (!v) {
-            cs_py.DecRef(o);
-            return;
-        }
-        l->v = v, l->cap = cap;
-    }
-    l->v[l->n++] = o;
-}
-
-/* the block among the sorted keys whose bytes hold addr, or 0 */
-static uint64_t block_of(const uint64_t *keys, const uint64_t *sizes, size_t n, uint64_t addr)
-{
-    size_t lo = 0, hi = n;
-    while (lo < hi) { /* the first key above addr */
-        size_t mid = lo + (hi - lo) / 2;
-        if (keys[mid] <= addr)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo && addr - keys[lo - 1] < (sizes[lo - 1] ? sizes[lo - 1] : 1) ? keys[lo - 1] : 0;
-}
-
-/* each buffer of a pyarrow Array (its children's too: Array.buffers()) */
-static void array_buffers(PyObject_ *arr, const uint64_t *keys, const uint64_t *sizes, size_t n)
-{
-    PyObject_ *bufs = call_attr(arr, "buffers");
-    intptr_t nb = bufs ? cs_py.List_Size(bufs) : -1;
-    for (intptr_t i = 0; i < nb; i++) {
-        PyObject_ *b = cs_py.List_GetItem(bufs, i); /* borrowed; None for an absent one */
-        PyObject_ *addr = b && b != cs_py.None_ ? cs_py.Object_GetAttrString(b, "address") : NULL;
-        uint64_t a = addr ? cs_py.Long_AsUnsignedLong(addr) : 0;
-        uint64_t key = a && a != (uint64_t)-1 ? block_of(keys, sizes, n, a) : 0;
-        if (key)
-            note(key, a, 0, CS_WHERE_ARROW_BUFFER);
-        xdecref(addr);
-    }
-    xdecref(bufs);
-    cs_py.Err_Clear();
-}
-
-static void pa_buffers(PyObject_ *o, const uint64_t *keys, const uint64_t *sizes, size_t n,
-                       int depth);
-
-/* each object of o.attr (a Table's columns, a ChunkedArray's chunks) */
-static void each_of(PyObject_ *o, const char *attr, const uint64_t *keys, const uint64_t *sizes,
-                    size_t n, int depth)
-{
-    PyObject_ *l = cs_py.Object_GetAttrString(o, attr);
-    PyObject_ *list = l ? cs_py.Sequence_List(l) : NULL;
-    intptr_t k = list ? cs_py.List_Size(list) : -1;
-    for (intptr_t i = 0; i < k; i++)
-        pa_buffers(cs_py.List_GetItem(list, i), keys, sizes, n, depth + 1);
-    xdecref(list), xdecref(l);
-    cs_py.Err_Clear();
-}
-
-static int has(PyObject_ *o, const char *attr)
-{
-    PyObject_ *a = cs_py.Object_GetAttrString(o, attr);
-    if (!a)
-        cs_py.Err_Clear();
-    xdecref(a);
-    return a != NULL;
-}
-
-/* An Array's buffers; a ChunkedArray's chunks'; a Table's or a
- * RecordBatch's columns' */
-static void pa_buffers(PyObject_ *o, const uint64_t *keys, const uint64_t *sizes, size_t n,
-                       int depth)
-{
-    if (!o || depth > 3)
-        return;
-    if (has(o, "buffers"))
-        array_buffers(o, keys, sizes, n);
-    else if (has(o, "chunks"))
-        each_of(o, "chunks", keys, sizes, n, depth);
-    else if (has(o, "columns"))
-        each_of(o, "columns", keys, sizes, n, depth);
-}
-
+ * a module still reaches at atexit name those blocks (what the modules
+ * reach through Python references alone finalization frees, or a lost
+ * reference keeps: not held). */
 static void pyarrow_buffers(void)
 {
     uint64_t *keys = NULL;
-    size_t n = cs_lc && cs_recording ? cs_lc_exit_candidates(cs_lc, CS_NS_NUMPY, &keys) : 0;
-    PyObject_ *modules = n && cs_py.Import_GetModuleDict ? cs_py.Import_GetModuleDict() : NULL;
-    if (modules && !(cs_py.Dict_GetItemString && cs_py.Dict_GetItemString(modules, "pyarrow.lib")))
-        modules = NULL; /* no pyarrow: no walk */
-    uint64_t *sizes = modules ? calloc(n, sizeof *sizes) : NULL;
-    if (sizes && cs_lc_sizes(cs_lc, CS_NS_NUMPY, keys, n, sizes)) {
-        pa_objects l = {0};
-        cs_pyreach_collect(modules, "pyarrow.lib.", collect_pa, &l);
-        for (size_t i = 0; i < l.n; i++)
-            pa_buffers(l.v[i], keys, sizes, n, 0);
-        for (size_t i = 0; i < l.n; i++)
-            cs_py.DecRef(l.v[i]);
-        free(l.v);
-    }
-    free(sizes);
+    size_t n = cs_lc && cs_recording && cs_pa_imported()
+                   ? cs_lc_exit_candidates(cs_lc, CS_NS_NUMPY, &keys) : 0;
+    uint8_t *found = n ? malloc(n) : NULL;
+    uint64_t *where = n ? calloc(n, sizeof *where) : NULL;
+    if (found && where && cs_pyreach(cs_py.Import_GetModuleDict(), keys, n, found, where))
+        for (size_t i = 0; i < n; i++)
+            if (found[i] == CS_REACH_ARROW)
+                note(keys[i], where[i], 0, CS_WHERE_ARROW_BUFFER);
+    free(where);
+    free(found);
     if (keys)
         memset(keys, 0, n * sizeof *keys);
     free(keys);

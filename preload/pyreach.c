@@ -4,6 +4,9 @@
 #include "pyreach.h"
 
 #include "capsan.h"
+#include "pabuffers.h"
+#include "roots.h"
+#include "runtime.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -147,17 +150,10 @@ static uint64_t capsule_data(PyObject_ *cap)
 
 static size_t mark(uint64_t v, const uint64_t *want, size_t n, uint8_t *found)
 {
-    size_t lo = 0, hi = n;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (want[mid] < v)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    if (lo < n && want[lo] == v && !found[lo])
-        return found[lo] = 1;
-    return 0;
+    long i = cs_key_index(want, n, v);
+    if (i < 0 || found[i])
+        return 0;
+    return found[i] = CS_REACH_OBJECT;
 }
 
 const void *cs_pyreach_ndarray(void)
@@ -175,71 +171,88 @@ const void *cs_pyreach_ndarray(void)
     return t;
 }
 
-typedef struct collector {
-    const char *prefix;
-    size_t len;
-    void (*fn)(PyObject_ *, void *);
-    void *ud;
-    type_memo memo; /* is[]: the type's name has the prefix */
-} collector;
+/* the pyarrow objects met, for their buffers once the walk is done */
+typedef struct pa_list {
+    PyObject_ **v;
+    size_t n, cap;
+    type_memo memo; /* is[]: a pyarrow type */
+} pa_list;
 
-static int wanted_type(collector *c, const type_head *tp)
+#define MAX_PA_OBJECTS 100000
+
+static void keep_pa(pa_list *l, PyObject_ *o)
 {
-    unsigned k = (unsigned)(((uintptr_t)tp >> 4) & 63);
-    if (c->memo.type[k] != tp) {
-        c->memo.type[k] = tp;
-        c->memo.is[k] = (uint8_t)(tp->tp_name && !strncmp(tp->tp_name, c->prefix, c->len));
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? l->cap * 2 : 64;
+        PyObject_ **v = l->n < MAX_PA_OBJECTS ? realloc(l->v, cap * sizeof *v) : NULL;
+        if (!v)
+            return;
+        l->v = v, l->cap = cap;
     }
-    return c->memo.is[k];
+    cs_py.IncRef(o); /* past the walk: pyarrow's getters run then */
+    l->v[l->n++] = o;
 }
 
-/* The walk: found[] for want[], and every object of a collected type */
-static size_t run(PyObject_ *roots, const uint64_t *want, size_t n, uint8_t *found, collector *c)
+static int pa_type(pa_list *l, const type_head *tp)
 {
-    if (!roots || !cs_py.Type_IsSubtype || !cs_py.Capsule_Type || !cs_py.Err_Clear)
+    unsigned k = (unsigned)(((uintptr_t)tp >> 4) & 63);
+    if (l->memo.type[k] != tp) {
+        l->memo.type[k] = tp;
+        l->memo.is[k] = (uint8_t)cs_pa_type(tp->tp_name);
+    }
+    return l->memo.is[k];
+}
+
+/* The buffers of the pyarrow objects met, for the blocks not found yet */
+static void pa_found(pa_list *l, const uint64_t *want, size_t n, uint8_t *found, uint64_t *where)
+{
+    uint64_t *sizes = l->n ? calloc(n, sizeof *sizes) : NULL;
+    if (sizes && cs_lc && cs_lc_sizes(cs_lc, CS_NS_NUMPY, want, n, sizes))
+        cs_pa_buffers(l->v, l->n, want, sizes, n, found, CS_REACH_ARROW, where);
+    free(sizes);
+    for (size_t i = 0; i < l->n; i++)
+        cs_py.DecRef(l->v[i]);
+    free(l->v);
+}
+
+size_t cs_pyreach(PyObject_ *roots, const uint64_t *want, size_t n, uint8_t *found,
+                  uint64_t *where)
+{
+    if (!n || !roots || !cs_py.Type_IsSubtype || !cs_py.Capsule_Type || !cs_py.Err_Clear)
         return 0;
     const void *ndarray = cs_pyreach_ndarray();
     if (!ndarray)
         return 0;
-    if (n)
-        memset(found, 0, n);
+    memset(found, 0, n);
     walk w = {0};
     type_memo memo = {{0}, {0}};
+    pa_list pa = {0};
+    int arrow = cs_pa_imported(); /* then the walk goes on to its end */
     size_t got = 0;
     visit(roots, &w);
-    while (w.ntodo && (c || got < n) && !w.oom) {
+    while (w.ntodo && (arrow || got < n) && !w.oom) {
         PyObject_ *o = w.todo[--w.ntodo];
         const type_head *tp = type_of(o);
         if (is_array(&memo, tp, ndarray)) {
-            got += n ? mark(*(const uint64_t *)((const char *)o + ND_DATA), want, n, found) : 0;
+            got += mark(*(const uint64_t *)((const char *)o + ND_DATA), want, n, found);
             visit(*(PyObject_ *const *)((const char *)o + ND_BASE), &w);
         } else if ((const void *)tp == cs_py.Capsule_Type) {
-            got += n ? mark(capsule_data(o), want, n, found) : 0;
-        } else if (c && wanted_type(c, tp)) {
-            cs_py.IncRef(o); /* the callee keeps it past the walk */
-            c->fn(o, c->ud);
+            got += mark(capsule_data(o), want, n, found);
+        } else if (arrow && pa_type(&pa, tp)) {
+            keep_pa(&pa, o);
         }
         if ((tp->tp_flags & TPFLAGS_HAVE_GC) && tp->tp_traverse && (!tp->tp_is_gc || tp->tp_is_gc(o)))
             tp->tp_traverse(o, visit, &w);
     }
     free(w.todo);
     free(w.seen);
+    pa_found(&pa, want, n, found, where);
+    for (size_t i = got = 0; i < n; i++)
+        got += found[i] != CS_REACH_NONE;
     return got;
-}
-
-size_t cs_pyreach(PyObject_ *roots, const uint64_t *want, size_t n, uint8_t *found)
-{
-    return n ? run(roots, want, n, found, NULL) : 0;
-}
-
-void cs_pyreach_collect(PyObject_ *roots, const char *prefix,
-                        void (*collect)(PyObject_ *o, void *ud), void *ud)
-{
-    collector c = {.prefix = prefix, .len = strlen(prefix), .fn = collect, .ud = ud};
-    run(roots, NULL, 0, NULL, &c);
 }
 
 int capsan_reached(PyObject_ *roots, const uint64_t *want, size_t n, uint8_t *found)
 {
-    return (int)cs_pyreach(roots, want, n, found);
+    return (int)cs_pyreach(roots, want, n, found, NULL);
 }

@@ -7,7 +7,8 @@ import re
 
 import pytest
 
-from conftest import SCENARIOS, assert_finding_at, findings, kinds, run_capsan, tagged_pythons
+from conftest import (SCENARIOS, assert_finding_at, findings, kinds, marker_line, run_capsan,
+                      tagged_pythons)
 
 ARROW = tagged_pythons("arrowvenvs.txt")
 
@@ -133,3 +134,25 @@ def test_numpy_memory_pyarrow_wraps_is_held_at_exit(tmp_path, apy):
     leaks = findings(res.report, "numpy-leak")
     assert len(leaks) == 1 and leaks[0]["bytes"] == 72, res.describe()
     assert_finding_at(res, "numpy-leak", script, "lost", innermost=False)
+
+
+def test_pytest_holds_what_pyarrow_wraps(tmp_path, apy):
+    """pytest --capsan: a test that keeps pa.array(ndarray), a Table made
+    from a pandas frame or a chunked array in a module global passes (the
+    arrays are held by pyarrow's buffers, which the walk asks pyarrow for);
+    the test that loses a reference fails with numpy-leak at its line."""
+    import shutil
+    import subprocess
+    case = tmp_path / "test_held.py"
+    shutil.copy(SCENARIOS / "ar_pytest_held.py", case)
+    env = dict(__import__("os").environ,
+               PYTHONPATH=str(SCENARIOS.parent.parent / "build" / "python"))
+    env.pop("LD_PRELOAD", None)
+    cp = subprocess.run([apy, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
+                         "--capsan", str(case)], capture_output=True, text=True, env=env,
+                        cwd=tmp_path, timeout=300)
+    out = cp.stdout + cp.stderr
+    line = marker_line(SCENARIOS / "ar_pytest_held.py", "lost")
+    assert f"FAILED test_held.py::test_lost - capsan: numpy-leak at test_held.py:{line}" in out, \
+        out[-3000:]
+    assert "1 failed, 3 passed" in out, out[-3000:]
