@@ -149,6 +149,9 @@ const char *cs_event_phrase(const cs_finding *f, int i)
                  ? "held at the end by a pyarrow buffer made around its array (zero-copy), which a module "
                    "still reached as the interpreter began to exit: pyarrow lets go of it at shutdown "
                    "without releasing the array"
+               : ev->aux == CS_WHERE_MODULE_KEPT
+                 ? "held at the end by a module's globals, which the interpreter never cleared (a function "
+                   "registered with a library, such as a hook, keeps them alive)"
                  : "still referenced at the end: its address is stored in the process's memory";
     case CS_EV_NP_WRAP:
         return ev->a == ev->obj ? "array made around this memory at"
@@ -515,6 +518,7 @@ static const struct {
     [CS_WHERE_THREAD] = {"thread", "a Python thread still running at exit"},
     [CS_WHERE_THREAD_FRAMES] = {"thread-frames", "the frames of a Python thread still running at exit"},
     [CS_WHERE_ARROW_BUFFER] = {"arrow-buffer", "a pyarrow buffer a module reached at exit"},
+    [CS_WHERE_MODULE_KEPT] = {"module-globals", "a module's globals, never cleared"},
 };
 
 const char *cs_where_text(unsigned region)

@@ -422,12 +422,12 @@ void ot_keep_at_shutdown(cs_lifecycle *lc, uint64_t data)
     cs_spin_unlock(&lc->kept_mu);
 }
 
-int ot_kept_at_shutdown(cs_lifecycle *lc, uint64_t data)
+int ot_kept_at_shutdown(cs_lifecycle *lc, uint64_t lo, uint64_t hi)
 {
     int found = 0;
     cs_spin_lock(&lc->kept_mu);
     for (size_t i = 0; i < lc->nkept && !found; i++)
-        found = lc->kept[i] == data;
+        found = lc->kept[i] >= lo && lc->kept[i] < hi;
     cs_spin_unlock(&lc->kept_mu);
     return found;
 }
@@ -597,16 +597,22 @@ size_t cs_lc_live_keys(cs_lifecycle *lc, int ns, uint64_t **out)
     return ot_live_keys(lc, ns, NULL, NULL, out);
 }
 
-int cs_lc_sizes(cs_lifecycle *lc, int ns, const uint64_t *keys, size_t n, uint64_t *sizes)
+void cs_lc_spans(cs_lifecycle *lc, const uint64_t *keys, size_t n, uint64_t *lo, uint64_t *hi)
 {
     for (size_t i = 0; i < n; i++) {
         stripe *st = ot_stripe_of(lc, keys[i]);
         ot_lock(lc, st);
-        obj *o = ot_find(st, keys[i], ns);
-        sizes[i] = o ? o->bytes : 0;
+        obj *o = ot_find(st, keys[i], CS_NS_NUMPY);
+        lo[i] = hi[i] = 0;
+        if (o && o->state == CS_ST_CREATED) {
+            lo[i] = o->key;
+            hi[i] = ot_block_end(o);
+        } else if ((o = ot_find(st, keys[i], CS_NS_DLPACK)) && o->data) {
+            lo[i] = o->data;
+            hi[i] = o->data + (o->bytes ? o->bytes : 1);
+        }
         ot_unlock(lc, st);
     }
-    return 1;
 }
 
 int cs_lc_state(cs_lifecycle *lc, int ns, uint64_t o)

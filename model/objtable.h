@@ -165,9 +165,12 @@ static inline void ot_born(stripe *st, int ns)
  * o may move in the table: look it up again afterwards. */
 void ot_entomb(stripe *st, obj *o);
 /* data a deleter let go of during interpreter shutdown (numpy keeps its
- * array alive then), and whether data is such */
+ * array alive then), and whether such data lies in [lo, hi) (a view's
+ * data lies inside its block) */
 void ot_keep_at_shutdown(cs_lifecycle *lc, uint64_t data);
-int ot_kept_at_shutdown(cs_lifecycle *lc, uint64_t data);
+int ot_kept_at_shutdown(cs_lifecycle *lc, uint64_t lo, uint64_t hi);
+/* a NumPy block's bytes, as a range (a 0-byte block has its first) */
+static inline uint64_t ot_block_end(const obj *o) { return o->key + (o->bytes ? o->bytes : 1); }
 /* a stripe's lock (elided while one thread judges alone) */
 void ot_lock(cs_lifecycle *lc, stripe *st);
 void ot_unlock(cs_lifecycle *lc, stripe *st);

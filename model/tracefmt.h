@@ -175,6 +175,8 @@ enum cs_where {
                                  * number (0: it made no event) */
     CS_WHERE_ARROW_BUFFER = 7, /* at atexit, a pyarrow buffer that a module reached was made
                                 * around its array (zero-copy), a = the buffer's address */
+    CS_WHERE_MODULE_KEPT = 8, /* at atexit, a module's globals reached its array, and the
+                               * interpreter never cleared them */
 };
 
 typedef struct cs_event {

@@ -57,10 +57,10 @@ static int leaked_at_exit(cs_lifecycle *lc, const obj *o)
     if (!o->key || o->state == CS_ST_RELEASED ||
         (o->flags & (OF_LEAK_REPORTED | OF_NULL_DELETER | OF_REACHABLE | OF_VIEW)))
         return 0; /* reachable: LeakSanitizer's "still reachable" */
-    if (o->ns == CS_NS_NUMPY && ot_kept_at_shutdown(lc, o->key))
+    if (o->ns == CS_NS_NUMPY && ot_kept_at_shutdown(lc, o->key, ot_block_end(o)))
         return 0; /* referenced by a consumer alive at shutdown */
     if (o->ns == CS_NS_DLPACK && o->state == CS_ST_CONSUMED && o->data &&
-        ot_kept_at_shutdown(lc, o->data))
+        ot_kept_at_shutdown(lc, o->data, o->data + 1))
         return 0; /* consumed by an array numpy kept alive through shutdown on
                    * purpose (its deleter ran after Python was gone): the same
                    * data, referenced at shutdown, not leaked */
@@ -96,7 +96,8 @@ static int dropped_at_exit(const obj *o)
 static int kept_block(cs_lifecycle *lc, const obj *o)
 {
     return o->key && o->ns == CS_NS_NUMPY && o->state == CS_ST_CREATED &&
-           !(o->flags & (OF_LEAK_REPORTED | OF_REACHABLE)) && ot_kept_at_shutdown(lc, o->key);
+           !(o->flags & (OF_LEAK_REPORTED | OF_REACHABLE)) &&
+           ot_kept_at_shutdown(lc, o->key, ot_block_end(o));
 }
 
 typedef struct leak_ref {

@@ -203,12 +203,14 @@ static void held_by_running_threads(void)
         }
         free(held);
     }
-    /* NumPy blocks those threads' frames reached at atexit, or a pyarrow
-     * buffer a module reached then (exitroots.c) */
+    /* blocks and tensors those threads' frames reached at atexit, or a
+     * module whose globals were never cleared, or a pyarrow buffer a module
+     * reached then (exitroots.c) */
     cs_exit_held *reached;
     size_t k = cs_exitroots_held(&reached);
     for (size_t i = 0; i < k; i++) {
-        cs_event ev = {.kind = CS_EV_NP_REACHABLE, .aux = reached[i].region,
+        cs_event ev = {.kind = reached[i].ns == CS_NS_NUMPY ? CS_EV_NP_REACHABLE : CS_EV_REACHABLE,
+                       .aux = reached[i].region,
                        .obj = reached[i].key, .a = reached[i].where, .b = reached[i].thread};
         cs_emit(&ev, 0, NULL, NULL);
     }

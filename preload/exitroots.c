@@ -6,7 +6,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "pabuffers.h"
 #include "pyapi.h"
 #include "pyreach.h"
 #include "runtime.h"
@@ -27,7 +26,10 @@ static cs_spin mu = CS_SPIN_INIT;
 static cs_exit_held *held;
 static size_t nheld, capheld;
 
-static void note(uint64_t key, uint64_t where, uint32_t thread, unsigned region)
+/* module m + 1 when the record holds only if that module's globals were
+ * never cleared (witnesses below), else 0 */
+static void note_in(uint64_t key, int ns, uint64_t where, uint32_t thread, unsigned region,
+                    uint32_t module)
 {
     cs_spin_lock(&mu);
     if (nheld == capheld) {
@@ -39,19 +41,72 @@ static void note(uint64_t key, uint64_t where, uint32_t thread, unsigned region)
         }
         held = t, capheld = cap;
     }
-    held[nheld++] = (cs_exit_held){key, where, thread, (uint16_t)region};
+    held[nheld++] = (cs_exit_held){key, where, thread, (uint16_t)region, (uint8_t)ns, module};
     cs_spin_unlock(&mu);
+}
+
+static void note(uint64_t key, int ns, uint64_t where, uint32_t thread, unsigned region)
+{
+    note_in(key, ns, where, thread, region, 0);
+}
+
+/* The live blocks and tensors a normal exit would judge, as one sorted list
+ * (*ns: the namespace of each); returns how many */
+static size_t candidates(uint64_t **keys, uint8_t **ns)
+{
+    uint64_t *np = NULL, *dl = NULL;
+    size_t nn = cs_lc && cs_recording ? cs_lc_exit_candidates(cs_lc, CS_NS_NUMPY, &np) : 0;
+    size_t nd = cs_lc && cs_recording ? cs_lc_exit_candidates(cs_lc, CS_NS_DLPACK, &dl) : 0;
+    size_t n = 0;
+    *keys = nn + nd ? malloc((nn + nd) * sizeof **keys) : NULL;
+    *ns = *keys ? malloc(nn + nd) : NULL;
+    for (size_t i = 0, j = 0; *ns && (i < nn || j < nd); n++) {
+        int from_np = j >= nd || (i < nn && np[i] <= dl[j]);
+        (*keys)[n] = from_np ? np[i++] : dl[j++];
+        (*ns)[n] = (uint8_t)(from_np ? CS_NS_NUMPY : CS_NS_DLPACK);
+    }
+    free(np);
+    free(dl);
+    return n;
+}
+
+static void forget(uint64_t *keys, uint8_t *ns, size_t n)
+{
+    if (keys) /* freed memory keeps its bytes: no stale copy of a key */
+        memset(keys, 0, n * sizeof *keys);
+    free(keys);
+    free(ns);
+}
+
+/* ---- module witnesses: whose globals the interpreter cleared ----
+ * Finalization clears every module's globals, and so frees what they
+ * alone held; a block still alive after it had another reference. Unless
+ * the globals were never cleared: a function registered with a library
+ * (a torch hook, a torch custom op, a tvm-ffi global function) keeps its
+ * module's dict alive after the module is gone. A witness in each dict,
+ * a capsule whose destructor notes the dict letting go of its values,
+ * tells the exit which dicts were never cleared. */
+#define MAX_MODULES 65536
+#define WITNESS "__capsan_exit_witness__"
+static uint8_t *cleared; /* per witness: its dict let go of it */
+static uint32_t nwitness;
+
+static void witness_gone(PyObject_ *cap)
+{
+    uintptr_t i = (uintptr_t)cs_py.Capsule_GetPointer(cap, "capsan.exit_witness");
+    if (i && i <= nwitness && cleared)
+        cleared[i - 1] = 1;
+    cs_py.Err_Clear();
 }
 
 size_t cs_exitroots_held(cs_exit_held **out)
 {
     cs_spin_lock(&mu);
-    size_t n = nheld;
-    *out = n ? malloc(n * sizeof **out) : NULL;
-    if (*out)
-        memcpy(*out, held, n * sizeof **out);
-    else
-        n = 0;
+    size_t n = 0;
+    *out = nheld ? malloc(nheld * sizeof **out) : NULL;
+    for (size_t i = 0; *out && i < nheld; i++)
+        if (!held[i].module || (held[i].module <= nwitness && !cleared[held[i].module - 1]))
+            (*out)[n++] = held[i];
     cs_spin_unlock(&mu);
     return n;
 }
@@ -97,8 +152,9 @@ static PyObject_ *frame_roots(PyObject_ *f)
 /* Every other thread's frames, walked for the live NumPy blocks */
 static void walk_threads(void)
 {
-    uint64_t *keys = NULL;
-    size_t n = cs_lc && cs_recording ? cs_lc_live_keys(cs_lc, CS_NS_NUMPY, &keys) : 0;
+    uint64_t *keys;
+    uint8_t *ns;
+    size_t n = candidates(&keys, &ns);
     uint8_t *found = n ? malloc(n) : NULL;
     PyObject_ *sys = found ? cs_py.Import_ImportModule("sys") : NULL;
     PyObject_ *frames = sys ? call_attr(sys, "_current_frames") : NULL;
@@ -110,44 +166,93 @@ static void walk_threads(void)
         if (id == me)
             continue;
         PyObject_ *roots = frame_roots(f);
-        if (roots && cs_pyreach(roots, keys, n, found, NULL)) {
+        if (roots && cs_pyreach(&roots, 1, keys, n, found, NULL, NULL)) {
             uint32_t num = cs_thread_num_of(id);
             for (size_t i = 0; i < n; i++)
                 if (found[i])
-                    note(keys[i], 0, num, CS_WHERE_THREAD_FRAMES);
+                    note(keys[i], ns[i], 0, num, CS_WHERE_THREAD_FRAMES);
         }
         xdecref(roots);
     }
     xdecref(frames), xdecref(sys);
     cs_py.Err_Clear(); /* atexit gets None, never an error of capsan's */
     free(found);
-    free(keys);
+    forget(keys, ns, n);
 }
 
-/* pa.array(ndarray) and pa.Table.from_pandas(df) wrap the array's memory
- * without a copy: a pyarrow buffer holds the array. When such an object
- * dies during finalization, pyarrow lets go of its buffer without the
- * reference (Python is going away), so the array outlives the process,
- * though the program held it properly. The buffers of the pyarrow objects
- * a module still reaches at atexit name those blocks (what the modules
- * reach through Python references alone finalization frees, or a lost
- * reference keeps: not held). */
-static void pyarrow_buffers(void)
+/* The loaded modules' dicts, each with its witness (new references) */
+static size_t module_dicts(PyObject_ ***out)
 {
-    uint64_t *keys = NULL;
-    size_t n = cs_lc && cs_recording && cs_pa_imported()
-                   ? cs_lc_exit_candidates(cs_lc, CS_NS_NUMPY, &keys) : 0;
+    PyObject_ *modules = cs_py.Module_Type && cs_py.Module_GetDict && cs_py.Dict_SetItemString &&
+                                 cs_py.Type_IsSubtype
+                             ? cs_py.Import_GetModuleDict()
+                             : NULL;
+    size_t n = 0, cap = 0;
+    PyObject_ **v = NULL;
+    intptr_t pos = 0;
+    PyObject_ *k, *m;
+    while (modules && cs_py.Dict_Next(modules, &pos, &k, &m) && nwitness < MAX_MODULES) {
+        /* modules only: an object put in sys.modules (a lazy loader) may
+         * run code for its attributes */
+        const void *tp = *(const void *const *)((const char *)m + sizeof(intptr_t));
+        if (tp != cs_py.Module_Type && !cs_py.Type_IsSubtype(tp, cs_py.Module_Type))
+            continue;
+        PyObject_ *d = cs_py.Module_GetDict(m); /* borrowed */
+        if (d && cs_py.Dict_GetItemString(d, WITNESS))
+            continue; /* one module under two names (os.path, posixpath) */
+        if (d)
+            cs_py.IncRef(d);
+        PyObject_ *w = d ? cs_py.Capsule_New((void *)(uintptr_t)(nwitness + 1), "capsan.exit_witness",
+                                             witness_gone)
+                         : NULL;
+        if (w && cs_py.Dict_SetItemString(d, WITNESS, w) == 0 &&
+            (n < cap || (v = realloc(v, (cap = cap ? cap * 2 : 256) * sizeof *v)))) {
+            nwitness++;
+            v[n++] = d;
+            d = NULL;
+        }
+        xdecref(w), xdecref(d);
+        cs_py.Err_Clear();
+    }
+    *out = v;
+    return n;
+}
+
+/* What the loaded modules' globals reach at atexit. A block a module's
+ * globals alone hold is freed when finalization clears them: if it is
+ * alive at exit, something else kept it (a lost reference: a leak), unless
+ * those globals were never cleared (the witnesses say). And pa.array(
+ * ndarray) or pa.Table.from_pandas(df) wrap an array's memory without a
+ * copy: when such an object dies during finalization, pyarrow lets go of
+ * its buffer without releasing the array (Python is going away), so the
+ * block outlives the process though the program held it properly. */
+static void module_roots(void)
+{
+    uint64_t *keys;
+    uint8_t *ns;
+    size_t n = candidates(&keys, &ns);
     uint8_t *found = n ? malloc(n) : NULL;
     uint64_t *where = n ? calloc(n, sizeof *where) : NULL;
-    if (found && where && cs_pyreach(cs_py.Import_GetModuleDict(), keys, n, found, where))
-        for (size_t i = 0; i < n; i++)
+    uint32_t *label = n ? calloc(n, sizeof *label) : NULL;
+    PyObject_ **dicts = NULL;
+    if (n && !cleared)
+        cleared = calloc(MAX_MODULES, 1);
+    size_t nd = found && where && label && cleared ? module_dicts(&dicts) : 0;
+    if (nd && cs_pyreach(dicts, nd, keys, n, found, where, label))
+        for (size_t i = 0; i < n; i++) {
             if (found[i] == CS_REACH_ARROW)
-                note(keys[i], where[i], 0, CS_WHERE_ARROW_BUFFER);
+                note(keys[i], ns[i], where[i], 0, CS_WHERE_ARROW_BUFFER);
+            else if (found[i] == CS_REACH_OBJECT && label[i] < nd)
+                note_in(keys[i], ns[i], 0, 0, CS_WHERE_MODULE_KEPT,
+                        nwitness - (uint32_t)nd + label[i] + 1);
+        }
+    for (size_t i = 0; i < nd; i++)
+        cs_py.DecRef(dicts[i]);
+    free(dicts);
+    free(label);
     free(where);
     free(found);
-    if (keys)
-        memset(keys, 0, n * sizeof *keys);
-    free(keys);
+    forget(keys, ns, n);
 }
 
 static PyObject_ *at_exit(PyObject_ *self, PyObject_ *unused)
@@ -157,7 +262,7 @@ static PyObject_ *at_exit(PyObject_ *self, PyObject_ *unused)
     if (t)
         t->busy = 1; /* the scan's and walk's own allocations are no events */
     walk_threads();
-    pyarrow_buffers();
+    module_roots();
     if (t)
         t->busy = 0;
     cs_py.IncRef(cs_py.None_);

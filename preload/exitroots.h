@@ -4,10 +4,10 @@
  * time (other threads still there, Python alive) capsan notes
  * - the live blocks the frames of each other thread reach (pyreach.c):
  *   finalization abandons a daemon thread's frames;
- * - the live blocks whose address is stored somewhere other than their own
- *   arrays and live DLPack tensors (a scan, scan.h): a library's buffer
- *   made around an array (pyarrow's zero-copy pa.array(ndarray)) may keep
- *   its reference through shutdown on purpose.
+ * - the live blocks the loaded modules' globals reach, through Python
+ *   references (held when finalization never cleared those globals) or a
+ *   pyarrow buffer made around an array (pa.array(ndarray): pyarrow keeps
+ *   its reference through shutdown on purpose).
  * Only under LD_PRELOAD: API mode judges no leak at exit. */
 #ifndef CAPSAN_EXITROOTS_H
 #define CAPSAN_EXITROOTS_H
@@ -24,10 +24,14 @@ typedef struct cs_exit_held {
     uint64_t where;  /* the scan: the word that holds it */
     uint32_t thread; /* the walk: the capsan number of the thread whose frames
                       * reach it (0: a thread that made no event) */
-    uint16_t region; /* CS_WHERE_THREAD_FRAMES, or the scan's CS_WHERE_* */
+    uint16_t region; /* CS_WHERE_THREAD_FRAMES, CS_WHERE_ARROW_BUFFER,
+                      * CS_WHERE_MODULE_KEPT */
+    uint8_t ns;      /* CS_NS_NUMPY (a block) or CS_NS_DLPACK (a tensor) */
+    uint32_t module; /* MODULE_KEPT: its module's witness + 1 */
 } cs_exit_held;
 
-/* What was found; malloc'd, the caller frees; returns how many. */
+/* What was found and still holds at exit (a module's globals: never
+ * cleared); malloc'd, the caller frees; returns how many. */
 size_t cs_exitroots_held(cs_exit_held **out);
 
 #endif

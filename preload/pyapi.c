@@ -58,6 +58,9 @@ int cs_pyapi_init(void)
     SYM(None_, "_Py_NoneStruct");
     SYM(Import_GetModuleDict, "PyImport_GetModuleDict");
     SYM(Dict_GetItemString, "PyDict_GetItemString");
+    SYM(Dict_SetItemString, "PyDict_SetItemString");
+    cs_py.Module_Type = dlsym(RTLD_DEFAULT, "PyModule_Type");
+    SYM(Module_GetDict, "PyModule_GetDict");
     SYM(List_Size, "PyList_Size");
     SYM(List_GetItem, "PyList_GetItem");
     cs_py.Code_Type = dlsym(RTLD_DEFAULT, "PyCode_Type");

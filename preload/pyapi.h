@@ -67,6 +67,9 @@ typedef struct cs_pyapi {
     PyObject_ *None_; /* &_Py_NoneStruct */
     PyObject_ *(*Import_GetModuleDict)(void);
     PyObject_ *(*Dict_GetItemString)(PyObject_ *, const char *);
+    int (*Dict_SetItemString)(PyObject_ *, const char *, PyObject_ *);
+    const void *Module_Type; /* &PyModule_Type */
+    PyObject_ *(*Module_GetDict)(PyObject_ *);
     intptr_t (*List_Size)(PyObject_ *);
     PyObject_ *(*List_GetItem)(PyObject_ *, intptr_t);
 } cs_pyapi;

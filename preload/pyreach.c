@@ -4,7 +4,7 @@
 #include "pyreach.h"
 
 #include "capsan.h"
-#include "pabuffers.h"
+#include "heldmem.h"
 #include "roots.h"
 #include "runtime.h"
 
@@ -87,6 +87,20 @@ static int grow_seen(walk *w)
     return 1;
 }
 
+static int push(walk *w, PyObject_ *o)
+{
+    if (w->ntodo == w->captodo) {
+        size_t cap = w->captodo ? w->captodo * 2 : 4096;
+        PyObject_ **t = realloc(w->todo, cap * sizeof *t);
+        if (!t)
+            return w->oom = 1, 0;
+        w->todo = t;
+        w->captodo = cap;
+    }
+    w->todo[w->ntodo++] = o;
+    return 1;
+}
+
 /* o, the first time it is met: onto the list to look at */
 static int visit(PyObject_ *o, void *arg)
 {
@@ -99,19 +113,10 @@ static int visit(PyObject_ *o, void *arg)
     for (; w->seen[j]; j = (j + 1) & (w->capseen - 1))
         if (w->seen[j] == (uintptr_t)o)
             return 0;
-    if (w->nseen >= MAX_OBJECTS)
+    if (w->nseen >= MAX_OBJECTS || !push(w, o))
         return 0;
-    if (w->ntodo == w->captodo) {
-        size_t cap = w->captodo ? w->captodo * 2 : 4096;
-        PyObject_ **t = realloc(w->todo, cap * sizeof *t);
-        if (!t)
-            return w->oom = 1, 0;
-        w->todo = t;
-        w->captodo = cap;
-    }
     w->seen[j] = (uintptr_t)o;
     w->nseen++;
-    w->todo[w->ntodo++] = o;
     return 0;
 }
 
@@ -133,27 +138,31 @@ static int is_array(type_memo *m, const type_head *tp, const void *ndarray)
     return m->is[k];
 }
 
-/* The tensor data of an unconsumed DLPack capsule, or 0 */
-static uint64_t capsule_data(PyObject_ *cap)
+/* The DLPack tensor a capsule holds (a producer's dltensor capsule, numpy's
+ * owner capsule of an imported array), or 0; *data: an unconsumed one's
+ * tensor data, else 0 */
+static uint64_t capsule_tensor(PyObject_ *cap, uint64_t *data)
 {
     const char *name = cs_py.Capsule_GetName(cap);
-    size_t off;
-    if (name && !strcmp(name, "dltensor"))
-        off = DL_DATA;
-    else if (name && !strcmp(name, "dltensor_versioned"))
-        off = DLV_DATA;
-    else
+    *data = 0;
+    int unconsumed = name && (!strcmp(name, "dltensor") || !strcmp(name, "dltensor_versioned"));
+    if (!unconsumed && !(name && (!strcmp(name, "numpy_dltensor") ||
+                                  !strcmp(name, "numpy_dltensor_versioned"))))
         return 0;
     const char *mt = cs_py.Capsule_GetPointer(cap, name);
-    return mt ? *(const uint64_t *)(mt + off) : 0;
+    if (mt && unconsumed)
+        *data = *(const uint64_t *)(mt + (strcmp(name, "dltensor") ? DLV_DATA : DL_DATA));
+    return (uint64_t)(uintptr_t)mt;
 }
 
-static size_t mark(uint64_t v, const uint64_t *want, size_t n, uint8_t *found)
+/* the index of the block v, the first time it is found, or -1 */
+static long mark(uint64_t v, const uint64_t *want, size_t n, uint8_t *found)
 {
     long i = cs_key_index(want, n, v);
     if (i < 0 || found[i])
-        return 0;
-    return found[i] = CS_REACH_OBJECT;
+        return -1;
+    found[i] = CS_REACH_OBJECT;
+    return i;
 }
 
 const void *cs_pyreach_ndarray(void)
@@ -171,54 +180,125 @@ const void *cs_pyreach_ndarray(void)
     return t;
 }
 
-/* the pyarrow objects met, for their buffers once the walk is done */
-typedef struct pa_list {
-    PyObject_ **v;
+/* the objects met that hold memory out of tp_traverse's sight (heldmem.c),
+ * with the root they were reached from, for once the walk is done */
+typedef struct held_obj {
+    PyObject_ *o;
+    uint32_t root;
+    uint8_t lib;
+} held_obj;
+
+typedef struct held_list {
+    cs_heldmem libs;
+    held_obj *v;
     size_t n, cap;
-    type_memo memo; /* is[]: a pyarrow type */
-} pa_list;
+    type_memo memo; /* is[]: the type's cs_held_lib */
+} held_list;
 
-#define MAX_PA_OBJECTS 100000
+#define MAX_HELD_OBJECTS 100000
 
-static void keep_pa(pa_list *l, PyObject_ *o)
+static void keep_held(held_list *l, PyObject_ *o, uint32_t root, uint8_t lib)
 {
     if (l->n == l->cap) {
         size_t cap = l->cap ? l->cap * 2 : 64;
-        PyObject_ **v = l->n < MAX_PA_OBJECTS ? realloc(l->v, cap * sizeof *v) : NULL;
+        held_obj *v = l->n < MAX_HELD_OBJECTS ? realloc(l->v, cap * sizeof *v) : NULL;
         if (!v)
             return;
         l->v = v, l->cap = cap;
     }
-    cs_py.IncRef(o); /* past the walk: pyarrow's getters run then */
-    l->v[l->n++] = o;
+    cs_py.IncRef(o); /* past the walk: the libraries' getters run then */
+    l->v[l->n++] = (held_obj){o, root, lib};
 }
 
-static int pa_type(pa_list *l, const type_head *tp)
+static cs_held_lib held_lib(held_list *l, const type_head *tp)
 {
+    if (!l->libs.pyarrow && !l->libs.torch_tensor)
+        return CS_HELD_NONE;
     unsigned k = (unsigned)(((uintptr_t)tp >> 4) & 63);
     if (l->memo.type[k] != tp) {
+        int torch = l->libs.torch_tensor && ((const void *)tp == l->libs.torch_tensor ||
+                                             cs_py.Type_IsSubtype(tp, l->libs.torch_tensor));
         l->memo.type[k] = tp;
-        l->memo.is[k] = (uint8_t)cs_pa_type(tp->tp_name);
+        l->memo.is[k] = (uint8_t)cs_heldmem_lib(&l->libs, tp->tp_name, torch);
     }
-    return l->memo.is[k];
+    return (cs_held_lib)l->memo.is[k];
 }
 
-/* The buffers of the pyarrow objects met, for the blocks not found yet */
-static void pa_found(pa_list *l, const uint64_t *want, size_t n, uint8_t *found, uint64_t *where)
+/* an address a held object gave: the wanted object whose memory it lies in */
+typedef struct matcher {
+    const uint64_t *lo, *hi;
+    const size_t *by_lo; /* indices, in lo order */
+    size_t n;
+    uint8_t *found;
+    uint64_t *where;
+    uint32_t *label;
+    const held_obj *cur;
+} matcher;
+
+static const uint64_t *sort_lo;
+static int cmp_by_lo(const void *a, const void *b)
 {
-    uint64_t *sizes = l->n ? calloc(n, sizeof *sizes) : NULL;
-    if (sizes && cs_lc && cs_lc_sizes(cs_lc, CS_NS_NUMPY, want, n, sizes))
-        cs_pa_buffers(l->v, l->n, want, sizes, n, found, CS_REACH_ARROW, where);
-    free(sizes);
+    uint64_t x = sort_lo[*(const size_t *)a], y = sort_lo[*(const size_t *)b];
+    return (x > y) - (x < y);
+}
+
+static void on_address(uint64_t a, void *ud)
+{
+    matcher *m = ud;
+    size_t lo = 0, hi = m->n;
+    while (lo < hi) { /* the first span starting above a */
+        size_t mid = lo + (hi - lo) / 2;
+        if (m->lo[m->by_lo[mid]] <= a)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    /* the spans starting at or below a, nearest first (views overlap) */
+    for (size_t j = lo, steps = 0; j > 0 && steps < 8; j--, steps++) {
+        size_t k = m->by_lo[j - 1];
+        if (a >= m->hi[k])
+            continue;
+        if (m->cur->lib == CS_HELD_PYARROW) {
+            /* pyarrow lets go of such a buffer at shutdown without releasing
+             * its array: held whether or not the globals are cleared */
+            m->found[k] = CS_REACH_ARROW;
+            if (m->where)
+                m->where[k] = a;
+        } else if (!m->found[k]) {
+            m->found[k] = CS_REACH_OBJECT;
+            if (m->label)
+                m->label[k] = m->cur->root;
+        }
+    }
+}
+
+static void match_held(held_list *l, const uint64_t *want, size_t n, uint8_t *found,
+                       uint64_t *where, uint32_t *label)
+{
+    uint64_t *lo = l->n ? calloc(n, sizeof *lo) : NULL, *hi = lo ? calloc(n, sizeof *hi) : NULL;
+    size_t *by = hi ? malloc(n * sizeof *by) : NULL;
+    if (by && cs_lc) {
+        cs_lc_spans(cs_lc, want, n, lo, hi);
+        for (size_t i = 0; i < n; i++)
+            by[i] = i;
+        sort_lo = lo; /* GIL held: one walk at a time */
+        qsort(by, n, sizeof *by, cmp_by_lo);
+        matcher m = {lo, hi, by, n, found, where, label, NULL};
+        for (size_t i = 0; i < l->n; i++) {
+            m.cur = &l->v[i];
+            cs_heldmem_addresses(l->v[i].o, (cs_held_lib)l->v[i].lib, on_address, &m);
+        }
+    }
+    free(by), free(hi), free(lo);
     for (size_t i = 0; i < l->n; i++)
-        cs_py.DecRef(l->v[i]);
+        cs_py.DecRef(l->v[i].o);
     free(l->v);
 }
 
-size_t cs_pyreach(PyObject_ *roots, const uint64_t *want, size_t n, uint8_t *found,
-                  uint64_t *where)
+size_t cs_pyreach(PyObject_ *const *roots, size_t nroots, const uint64_t *want, size_t n,
+                  uint8_t *found, uint64_t *where, uint32_t *label)
 {
-    if (!n || !roots || !cs_py.Type_IsSubtype || !cs_py.Capsule_Type || !cs_py.Err_Clear)
+    if (!n || !cs_py.Type_IsSubtype || !cs_py.Capsule_Type || !cs_py.Err_Clear)
         return 0;
     const void *ndarray = cs_pyreach_ndarray();
     if (!ndarray)
@@ -226,27 +306,51 @@ size_t cs_pyreach(PyObject_ *roots, const uint64_t *want, size_t n, uint8_t *fou
     memset(found, 0, n);
     walk w = {0};
     type_memo memo = {{0}, {0}};
-    pa_list pa = {0};
-    int arrow = cs_pa_imported(); /* then the walk goes on to its end */
+    held_list held = {0};
+    cs_heldmem_init(&held.libs);
+    /* with objects that hold memory unseen, the walk goes on to its end */
+    int to_end = held.libs.pyarrow || held.libs.torch_tensor;
     size_t got = 0;
-    visit(roots, &w);
-    while (w.ntodo && (arrow || got < n) && !w.oom) {
-        PyObject_ *o = w.todo[--w.ntodo];
-        const type_head *tp = type_of(o);
-        if (is_array(&memo, tp, ndarray)) {
-            got += mark(*(const uint64_t *)((const char *)o + ND_DATA), want, n, found);
-            visit(*(PyObject_ *const *)((const char *)o + ND_BASE), &w);
-        } else if ((const void *)tp == cs_py.Capsule_Type) {
-            got += mark(capsule_data(o), want, n, found);
-        } else if (arrow && pa_type(&pa, tp)) {
-            keep_pa(&pa, o);
+    /* every root is seen from the start: one root's walk stops at another
+     * (sys reaches every module through sys.modules, a function its
+     * module's globals), so what each reaches is its own */
+    for (size_t r = 0; r < nroots; r++)
+        visit(roots[r], &w);
+    w.ntodo = 0;
+    for (size_t r = 0; r < nroots && (to_end || got < n) && !w.oom; r++) {
+        if (roots[r])
+            push(&w, roots[r]);
+        while (w.ntodo && (to_end || got < n) && !w.oom) {
+            PyObject_ *o = w.todo[--w.ntodo];
+            const type_head *tp = type_of(o);
+            long k[2] = {-1, -1};
+            cs_held_lib lib;
+            if (is_array(&memo, tp, ndarray)) {
+                k[0] = mark(*(const uint64_t *)((const char *)o + ND_DATA), want, n, found);
+                visit(*(PyObject_ *const *)((const char *)o + ND_BASE), &w);
+            } else if ((const void *)tp == cs_py.Capsule_Type) {
+                /* the tensor itself (an import's owner capsule, an export
+                 * kept for later), and an unconsumed one's data */
+                uint64_t data, mt = capsule_tensor(o, &data);
+                k[0] = mark(mt, want, n, found);
+                k[1] = mark(data, want, n, found);
+            } else if ((lib = held_lib(&held, tp)) != CS_HELD_NONE) {
+                keep_held(&held, o, (uint32_t)r, (uint8_t)lib);
+            }
+            for (int j = 0; j < 2; j++)
+                if (k[j] >= 0) {
+                    got++;
+                    if (label)
+                        label[k[j]] = (uint32_t)r;
+                }
+            if ((tp->tp_flags & TPFLAGS_HAVE_GC) && tp->tp_traverse &&
+                (!tp->tp_is_gc || tp->tp_is_gc(o)))
+                tp->tp_traverse(o, visit, &w);
         }
-        if ((tp->tp_flags & TPFLAGS_HAVE_GC) && tp->tp_traverse && (!tp->tp_is_gc || tp->tp_is_gc(o)))
-            tp->tp_traverse(o, visit, &w);
     }
     free(w.todo);
     free(w.seen);
-    pa_found(&pa, want, n, found, where);
+    match_held(&held, want, n, found, where, label);
     for (size_t i = got = 0; i < n; i++)
         got += found[i] != CS_REACH_NONE;
     return got;
@@ -254,5 +358,5 @@ size_t cs_pyreach(PyObject_ *roots, const uint64_t *want, size_t n, uint8_t *fou
 
 int capsan_reached(PyObject_ *roots, const uint64_t *want, size_t n, uint8_t *found)
 {
-    return (int)cs_pyreach(roots, want, n, found, NULL);
+    return (int)cs_pyreach(&roots, roots ? 1 : 0, want, n, found, NULL, NULL);
 }

@@ -12,18 +12,23 @@
 /* How a block was reached */
 enum { CS_REACH_NONE = 0, CS_REACH_OBJECT = 1, CS_REACH_ARROW = 2 };
 
-/* Walk from `roots` (any object: a list of roots is walked through) along
- * what each object's tp_traverse visits, an array's `base` and the tensor
- * of an unconsumed DLPack capsule. want[0..n) are NumPy block addresses,
- * sorted. found[i] = CS_REACH_OBJECT when an array's data, or a capsule
- * tensor's data, is want[i]; when pyarrow is imported the walk goes to its
- * end, and then a buffer of a pyarrow object it met that lies in block i
- * sets found[i] = CS_REACH_ARROW (over CS_REACH_OBJECT) and where[i] (where
- * may be NULL) to the buffer's address (pabuffers.c). Returns how many were found. GIL held;
- * the walk runs no Python code (tp_traverse runs none), pyarrow's getters
- * run after it. 0 when numpy is not imported. */
-size_t cs_pyreach(PyObject_ *roots, const uint64_t *want, size_t n, uint8_t *found,
-                  uint64_t *where);
+/* Walk from each of the nroots roots in turn (any objects: a list of roots
+ * is walked through; one root's walk stops at the others) along what each
+ * object's tp_traverse visits, an array's `base` and the tensor of a
+ * DLPack capsule. want[0..n) are NumPy block addresses and DLPack tensor
+ * (struct) addresses, sorted. found[i] = CS_REACH_OBJECT when an array's
+ * data, a capsule's tensor, or an unconsumed capsule tensor's data is
+ * want[i], and label[i] (label may be NULL) = the root it was first
+ * reached from. With pyarrow or torch imported the walk goes to its end,
+ * and then asks the library objects it met for the memory they hold
+ * (heldmem.c): a torch tensor's data in a block or a consumed tensor's
+ * data counts as CS_REACH_OBJECT from the tensor's root; a pyarrow buffer
+ * in a block sets CS_REACH_ARROW (over CS_REACH_OBJECT) and where[i]
+ * (where may be NULL) to the buffer's address. Returns how many were
+ * found. GIL held; the walk runs no Python code (tp_traverse runs none),
+ * the libraries' getters run after it. 0 when numpy is not imported. */
+size_t cs_pyreach(PyObject_ *const *roots, size_t nroots, const uint64_t *want, size_t n,
+                  uint8_t *found, uint64_t *where, uint32_t *label);
 
 /* numpy.ndarray (a static type), or NULL when numpy is not imported. GIL held. */
 const void *cs_pyreach_ndarray(void);

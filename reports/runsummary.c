@@ -77,7 +77,8 @@ int cs_run_summary(const char *log_path, uint64_t since_realtime_ns, FILE *out,
         cs_trace_close(t);
     }
     closedir(d);
-    qsort(un, nun, sizeof *un, by_pid);
+    if (nun)
+        qsort(un, nun, sizeof *un, by_pid);
     for (size_t i = 0; i < nun; i++) {
         if (un[i].path && unended)
             unended(un[i].path, un[i].pid, ud);

@@ -253,3 +253,20 @@ def test_a_forked_child_does_not_leak_what_the_parents_threads_hold(tmp_path, in
     assert_finding_at(res, "dlpack-leak", script, "child-leak", event="consume")
     others = [f for p in res.report["processes"] if p["pid"] != child for f in p["findings"]]
     assert others == [], summarize(res.report)
+
+
+def test_globals_never_cleared_and_kept_views_are_held(tmp_path, interp):
+    """A torch hook keeps __main__'s globals alive past finalization, and a
+    view at a nonzero offset imported with np.from_dlpack keeps its base
+    through numpy's shutdown rule: neither is a leak (both were numpy-leak
+    errors, exit 23). At atexit capsan puts a witness in each module's
+    globals and walks what each reaches; the exit holds what a module whose
+    globals were never cleared still reached. The lost reference is still a
+    numpy-leak at its line."""
+    script = SCENARIOS / "exit_kept_globals.py"
+    res = run_capsan(script, tmp_path, interpreter=interp)
+    assert "done" in res.stdout, res.describe()
+    assert kinds(res.report) == {"numpy-leak"}, summarize(res.report)
+    leaks = findings(res.report, "numpy-leak")
+    assert len(leaks) == 1 and leaks[0]["bytes"] == 72, summarize(res.report)
+    assert_finding_at(res, "numpy-leak", script, "lost", innermost=False)

@@ -30,6 +30,7 @@ for i in range(3):
 batch_full.wait()
 q.put(np.zeros(50))  # pending in the worker's queue at exit
 q.put(np.zeros(60)[::2])  # a view: its base holds the block
+q.put(np.from_dlpack(np.ones(70)))  # an imported array: it holds a consumed tensor
 lost = np.ones(7)  # <-- main-leak
 ctypes.pythonapi.Py_IncRef(ctypes.py_object(lost))  # a reference lost, as a buggy extension does
 del lost, q

@@ -1,0 +1,33 @@
+/* The memory library objects hold where tp_traverse cannot see, for the
+ * walk of what Python reaches (pyreach.c): a pyarrow buffer made around a
+ * NumPy array without a copy (pa.array(ndarray), pa.Table.from_pandas) and
+ * a torch tensor's data (torch.from_dlpack, torch.from_numpy) are C++
+ * references. The walk collects such objects; their addresses come from
+ * the libraries' own getters once it is done. */
+#ifndef CAPSAN_HELDMEM_H
+#define CAPSAN_HELDMEM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "pyapi.h"
+
+typedef enum cs_held_lib { CS_HELD_NONE = 0, CS_HELD_PYARROW, CS_HELD_TORCH } cs_held_lib;
+
+/* What the walk must collect: call once per walk (GIL held): which of the
+ * libraries are imported, and torch's tensor type. */
+typedef struct cs_heldmem {
+    int pyarrow;
+    const void *torch_tensor; /* torch._C.TensorBase (_TensorBase before 2.3), or NULL */
+} cs_heldmem;
+void cs_heldmem_init(cs_heldmem *h);
+/* Whether objects of type tp (its name; is_torch: a subtype of
+ * torch_tensor) hold memory this way, and whose. */
+cs_held_lib cs_heldmem_lib(const cs_heldmem *h, const char *tp_name, int is_torch);
+/* Each address object o holds: every buffer of a pyarrow table, chunked
+ * array, record batch or array; a torch tensor's data_ptr(). Runs the
+ * libraries' getters (GIL held). */
+void cs_heldmem_addresses(PyObject_ *o, cs_held_lib lib, void (*cb)(uint64_t addr, void *ud),
+                          void *ud);
+
+#endif
