@@ -69,6 +69,12 @@ int cs_lg_add(cs_leak_groups *g, const cs_finding *f)
 static int cmp(const void *a, const void *b)
 {
     const cs_leak_group *x = *(const cs_leak_group *const *)a, *y = *(const cs_leak_group *const *)b;
+    /* errors first: a max_findings budget that warnings (live at _exit)
+     * filled would hide the error the exit status is about */
+    int ex = cs_finding_severity(&x->first) == CS_SEV_ERROR,
+        ey = cs_finding_severity(&y->first) == CS_SEV_ERROR;
+    if (ex != ey)
+        return ex ? -1 : 1;
     if (x->bytes != y->bytes)
         return x->bytes > y->bytes ? -1 : 1;
     if (x->count != y->count)

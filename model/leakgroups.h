@@ -30,7 +30,7 @@ typedef struct cs_leak_groups {
 
 /* Add a leak finding; -1 when out of memory (nothing added). */
 int cs_lg_add(cs_leak_groups *g, const cs_finding *f);
-/* The groups, most bytes first (then most objects, then first seen);
+/* The groups, errors first, then most bytes (then most objects, then first seen);
  * *out is malloc'd, the caller frees it. Returns how many (0: none, or out
  * of memory). */
 size_t cs_lg_sorted(const cs_leak_groups *g, const cs_leak_group ***out);

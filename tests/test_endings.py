@@ -270,3 +270,19 @@ def test_globals_never_cleared_and_kept_views_are_held(tmp_path, interp):
     leaks = findings(res.report, "numpy-leak")
     assert len(leaks) == 1 and leaks[0]["bytes"] == 72, summarize(res.report)
     assert_finding_at(res, "numpy-leak", script, "lost", innermost=False)
+
+
+def test_errors_are_printed_before_warnings_fill_max_findings(tmp_path, interp):
+    """150 live-at-exit warnings (one group of 150 objects, more than
+    max_findings=100) and one dlpack-leak error at _exit: the error, which
+    sets the exit status, is printed first; the warnings group after it,
+    and the summary counts what was not shown."""
+    script = SCENARIOS / "exit_many_live_one_leak.py"
+    res = run_capsan(script, tmp_path, interpreter=interp)
+    assert "done" in res.stdout and res.returncode == DEFAULT_EXITCODE, res.describe()
+    err = res.stderr
+    assert "ERROR: capsan: dlpack-leak" in err, err[-3000:]
+    assert err.index("ERROR: capsan: dlpack-leak") < err.index("WARNING: capsan: live-at-exit"), \
+        err[-3000:]
+    assert re.search(r"capsan: \d+ more finding\(s\) not shown \(max_findings=100\)", err), err[-2000:]
+    assert_finding_at(res, "dlpack-leak", script, "leak", event="export")
