@@ -75,7 +75,10 @@ static int cmp_range(const void *a, const void *b)
     return (x->lo > y->lo) - (x->lo < y->lo);
 }
 
-#define SELF_SPAN 128 /* a DLManagedTensorVersioned and its manager's first fields */
+/* the struct itself (a DLManagedTensorVersioned is 80 bytes): its
+ * manager_ctx may point at it; a word past it may be a real owner in the
+ * next heap chunk (a consumer's 48-byte record of the tensor) */
+#define SELF_SPAN 80
 
 /* the words of a copy at [a, b) of the (aligned) memory at `at` */
 static void scan_words(cs_reach *r, uintptr_t a, uintptr_t b, uintptr_t at, cs_root_cb cb,
