@@ -111,20 +111,7 @@ size_t cs_exitroots_held(cs_exit_held **out)
     return n;
 }
 
-static void xdecref(PyObject_ *o)
-{
-    if (o)
-        cs_py.DecRef(o);
-}
 
-/* obj.name(): a new reference, or NULL */
-static PyObject_ *call_attr(PyObject_ *obj, const char *name)
-{
-    PyObject_ *f = cs_py.Object_GetAttrString(obj, name);
-    PyObject_ *r = f ? cs_py.Object_CallFunctionObjArgs(f, NULL) : NULL;
-    xdecref(f);
-    return r;
-}
 
 /* The local variables of frame f and of every frame it was called from,
  * as a list of lists: the roots of one thread. A new reference, or NULL. */
@@ -134,18 +121,18 @@ static PyObject_ *frame_roots(PyObject_ *f)
     cs_py.IncRef(f);
     for (int depth = 0; roots && f && f != cs_py.None_ && depth < 10000; depth++) {
         PyObject_ *loc = cs_py.Object_GetAttrString(f, "f_locals");
-        PyObject_ *vals = loc ? call_attr(loc, "values") : NULL;
+        PyObject_ *vals = loc ? cs_py_call_method0(loc, "values") : NULL;
         PyObject_ *list = vals ? cs_py.Sequence_List(vals) : NULL;
         if (!list || cs_py.List_Append(roots, list) < 0)
             cs_py.Err_Clear(); /* a frame being torn down: the next one */
-        xdecref(list), xdecref(vals), xdecref(loc);
+        cs_py_xdecref(list), cs_py_xdecref(vals), cs_py_xdecref(loc);
         PyObject_ *back = cs_py.Object_GetAttrString(f, "f_back");
         if (!back)
             cs_py.Err_Clear();
         cs_py.DecRef(f);
         f = back;
     }
-    xdecref(f);
+    cs_py_xdecref(f);
     return roots;
 }
 
@@ -157,7 +144,7 @@ static void walk_threads(void)
     size_t n = candidates(&keys, &ns);
     uint8_t *found = n ? malloc(n) : NULL;
     PyObject_ *sys = found ? cs_py.Import_ImportModule("sys") : NULL;
-    PyObject_ *frames = sys ? call_attr(sys, "_current_frames") : NULL;
+    PyObject_ *frames = sys ? cs_py_call_method0(sys, "_current_frames") : NULL;
     unsigned long me = cs_py.Thread_get_thread_ident();
     intptr_t pos = 0;
     PyObject_ *k, *f;
@@ -172,9 +159,9 @@ static void walk_threads(void)
                 if (found[i])
                     note(keys[i], ns[i], 0, num, CS_WHERE_THREAD_FRAMES);
         }
-        xdecref(roots);
+        cs_py_xdecref(roots);
     }
-    xdecref(frames), xdecref(sys);
+    cs_py_xdecref(frames), cs_py_xdecref(sys);
     cs_py.Err_Clear(); /* atexit gets None, never an error of capsan's */
     free(found);
     forget(keys, ns, n);
@@ -211,7 +198,7 @@ static size_t module_dicts(PyObject_ ***out)
             v[n++] = d;
             d = NULL;
         }
-        xdecref(w), xdecref(d);
+        cs_py_xdecref(w), cs_py_xdecref(d);
         cs_py.Err_Clear();
     }
     *out = v;
@@ -283,7 +270,7 @@ static int register_at_exit(void *arg)
     PyObject_ *r = fn ? cs_py.Object_CallFunctionObjArgs(reg, fn, NULL) : NULL;
     if (!r)
         cs_py.Err_Clear(); /* a pending call's error would be the program's */
-    xdecref(r), xdecref(fn), xdecref(reg), xdecref(mod);
+    cs_py_xdecref(r), cs_py_xdecref(fn), cs_py_xdecref(reg), cs_py_xdecref(mod);
     return 0;
 }
 

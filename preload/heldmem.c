@@ -6,11 +6,6 @@
 
 #define PA_PREFIX "pyarrow.lib."
 
-static void xdecref(PyObject_ *o)
-{
-    if (o)
-        cs_py.DecRef(o);
-}
 
 static PyObject_ *module(const char *name)
 {
@@ -28,7 +23,7 @@ void cs_heldmem_init(cs_heldmem *h)
         if (!t)
             cs_py.Err_Clear();
         h->torch_tensor = t; /* torch._C keeps it */
-        xdecref(t);
+        cs_py_xdecref(t);
     }
 }
 
@@ -41,13 +36,6 @@ cs_held_lib cs_heldmem_lib(const cs_heldmem *h, const char *tp_name, int is_torc
     return CS_HELD_NONE;
 }
 
-static PyObject_ *call_attr(PyObject_ *obj, const char *name)
-{
-    PyObject_ *f = cs_py.Object_GetAttrString(obj, name);
-    PyObject_ *r = f ? cs_py.Object_CallFunctionObjArgs(f, NULL) : NULL;
-    xdecref(f);
-    return r;
-}
 
 static uint64_t as_address(PyObject_ *v)
 {
@@ -67,7 +55,7 @@ typedef struct sink {
 /* each buffer of a pyarrow Array (its children's too: Array.buffers()) */
 static void array_buffers(const sink *s, PyObject_ *arr)
 {
-    PyObject_ *bufs = call_attr(arr, "buffers");
+    PyObject_ *bufs = cs_py_call_method0(arr, "buffers");
     intptr_t nb = bufs ? cs_py.List_Size(bufs) : -1;
     for (intptr_t i = 0; i < nb; i++) {
         PyObject_ *b = cs_py.List_GetItem(bufs, i); /* borrowed; None for an absent one */
@@ -75,9 +63,9 @@ static void array_buffers(const sink *s, PyObject_ *arr)
         uint64_t a = as_address(addr);
         if (a)
             s->cb(a, s->ud);
-        xdecref(addr);
+        cs_py_xdecref(addr);
     }
-    xdecref(bufs);
+    cs_py_xdecref(bufs);
     cs_py.Err_Clear();
 }
 
@@ -86,7 +74,7 @@ static int has(PyObject_ *o, const char *attr)
     PyObject_ *a = cs_py.Object_GetAttrString(o, attr);
     if (!a)
         cs_py.Err_Clear();
-    xdecref(a);
+    cs_py_xdecref(a);
     return a != NULL;
 }
 
@@ -100,7 +88,7 @@ static void each_of(const sink *s, PyObject_ *o, const char *attr, int depth)
     intptr_t k = list ? cs_py.List_Size(list) : -1;
     for (intptr_t i = 0; i < k; i++)
         pa_buffers(s, cs_py.List_GetItem(list, i), depth + 1);
-    xdecref(list), xdecref(l);
+    cs_py_xdecref(list), cs_py_xdecref(l);
     cs_py.Err_Clear();
 }
 
@@ -128,11 +116,11 @@ void cs_heldmem_addresses(PyObject_ *o, cs_held_lib lib, void (*cb)(uint64_t add
     if (lib == CS_HELD_PYARROW) {
         pa_buffers(&s, o, 0);
     } else if (lib == CS_HELD_TORCH) {
-        PyObject_ *p = call_attr(o, "data_ptr");
+        PyObject_ *p = cs_py_call_method0(o, "data_ptr");
         uint64_t a = as_address(p);
         if (a)
             cb(a, ud);
-        xdecref(p);
+        cs_py_xdecref(p);
         cs_py.Err_Clear();
     }
 }

@@ -86,3 +86,11 @@ int cs_pyapi_init(void)
                cs_py.Err_Restore && cs_py.IncRef && cs_py.DecRef && cs_py.Err_Occurred && cs_py.Err_WriteUnraisable;
     return cs_py.ok;
 }
+
+PyObject_ *cs_py_call_method0(PyObject_ *obj, const char *name)
+{
+    PyObject_ *f = cs_py.Object_GetAttrString(obj, name);
+    PyObject_ *r = f ? cs_py.Object_CallFunctionObjArgs(f, NULL) : NULL;
+    cs_py_xdecref(f);
+    return r;
+}

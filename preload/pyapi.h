@@ -80,6 +80,15 @@ extern cs_pyapi cs_py;
  * (an embedding program may load libpython late). */
 int cs_pyapi_init(void);
 
+/* Py_XDECREF */
+static inline void cs_py_xdecref(PyObject_ *o)
+{
+    if (o)
+        cs_py.DecRef(o);
+}
+/* obj.name(): a new reference, or NULL with an exception set. GIL held. */
+PyObject_ *cs_py_call_method0(PyObject_ *obj, const char *name);
+
 /* Direct reads of _PyRuntime where the version has the current thread
  * state there (3.10, 3.11; gil.c), set once they agree with libpython;
  * tstate is NULL when the shortcut is off. */
