@@ -158,6 +158,9 @@ int cs_lc_report_live(cs_lifecycle *lc, int ns, uint64_t origin_c, const uint64_
  * judge leaked if they stayed alive (not held, not module data), sorted,
  * into a malloc'd *out the caller frees; returns how many. */
 size_t cs_lc_exit_candidates(cs_lifecycle *lc, int ns, uint64_t **out);
+/* The same for _exit (CS_END_QUICK_EXIT): what this process made (not what
+ * it inherited when it forked) and is still alive. */
+size_t cs_lc_quick_exit_candidates(cs_lifecycle *lc, int ns, uint64_t **out);
 /* [lo[i], hi[i]) = the memory keys[i] stands for: a live NumPy block's
  * bytes, or the data of a DLPack tensor as consumed ([0, 0): neither) */
 void cs_lc_spans(cs_lifecycle *lc, const uint64_t *keys, size_t n, uint64_t *lo, uint64_t *hi);

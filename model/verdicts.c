@@ -200,11 +200,23 @@ static int live_at_quick_exit(const obj *o)
            !(o->ns == CS_NS_NUMPY && o->nhist && (o->hist[0].flags & CS_EVF_IMPORT));
 }
 
+static int judged_at_quick_exit(const obj *o, void *ud)
+{
+    const cs_lifecycle *lc = ud;
+    /* not one inherited from the parent this process forked from */
+    return live_at_quick_exit(o) && !(o->nhist && o->hist[0].time_ns < lc->born_ns);
+}
+
+size_t cs_lc_quick_exit_candidates(cs_lifecycle *lc, int ns, uint64_t **out)
+{
+    return ot_live_keys(lc, ns, judged_at_quick_exit, lc, out);
+}
+
 static int what_at_end(cs_lifecycle *lc, const obj *o, int how)
 {
     if (how == CS_END_QUICK_EXIT) {
-        if (!live_at_quick_exit(o) || (o->nhist && o->hist[0].time_ns < lc->born_ns))
-            return -1; /* or inherited from the parent this process forked from */
+        if (!judged_at_quick_exit(o, lc))
+            return -1;
         /* an Arrow struct still in its capsule: the capsule, a Python
          * object, is alive, and _exit runs no destructor (a forked
          * multiprocessing worker ends so) */

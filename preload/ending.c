@@ -77,10 +77,12 @@ static void note_arrow_reachable(void *ud, uint64_t key, uint64_t where, uint64_
 
 /* Arrow structs moved out and never released: those whose copy is still
  * stored somewhere are held, not leaked (every copy carries its record) */
-static void scan_arrow_at_end(void)
+static void scan_arrow_at_end(int how)
 {
     uint64_t *keys;
-    size_t n = cs_lc_live_keys(cs_lc, CS_NS_ARROW, &keys);
+    /* at _exit, what a forked child inherited is not judged: not looked for */
+    size_t n = how == CS_END_QUICK_EXIT ? cs_lc_quick_exit_candidates(cs_lc, CS_NS_ARROW, &keys)
+                                        : cs_lc_live_keys(cs_lc, CS_NS_ARROW, &keys);
     if (n)
         cs_scan_process(keys, n, NULL, 0, note_arrow_reachable, NULL);
     free(keys);
@@ -154,8 +156,9 @@ static int scope_leaks(uint64_t since_ns, int arrow)
 static void scan_at_quick_exit(void)
 {
     uint64_t *np, *dl;
-    size_t nn = cs_lc_live_keys(cs_lc, CS_NS_NUMPY, &np);
-    size_t nd = cs_lc_live_keys(cs_lc, CS_NS_DLPACK, &dl);
+    /* what a forked child inherited is not judged here: not looked for */
+    size_t nn = cs_lc_quick_exit_candidates(cs_lc, CS_NS_NUMPY, &np);
+    size_t nd = cs_lc_quick_exit_candidates(cs_lc, CS_NS_DLPACK, &dl);
     uint64_t *keys = nn + nd ? malloc((nn + nd) * sizeof *keys) : NULL;
     if (keys) {
         /* one sorted list (both are sorted): one pass over memory */
@@ -243,7 +246,7 @@ int cs_ending_finish(int how, int status)
         free(keys);
     }
     if ((how == CS_END_EXIT || how == CS_END_QUICK_EXIT) && cs_lc)
-        scan_arrow_at_end();
+        scan_arrow_at_end(how);
     if (how == CS_END_QUICK_EXIT && cs_lc)
         scan_at_quick_exit();
     cs_thread *t = cs_thread_get();
