@@ -303,12 +303,14 @@ static void on_crash(int sig, siginfo_t *si, void *ucv)
     if (!atomic_exchange(&once, 1) && cs_runtime_running()) {
         ucontext_t *uc = ucv;
         uint64_t pc = uc ? (uint64_t)uc->uc_mcontext.gregs[REG_RIP] : 0;
+        /* si_addr is a fault's address; a signal sent (abort(), kill) has none */
+        uint64_t addr = si->si_code > 0 ? (uint64_t)(uintptr_t)si->si_addr : 0;
         if (sig == SIGSEGV && pc == 0 && uc && cs_recording)
             null_deleter_call(uc);
         cs_recording = 0;
         if (cs_trace_started()) {
             cs_rec_end e = {.how = CS_END_SIGNAL, .status = sig, .time_ns = cs_now_ns(),
-                            .fault_addr = (uint64_t)(uintptr_t)si->si_addr, .pc = pc,
+                            .fault_addr = addr, .pc = pc,
                             .events = (cs_lc ? cs_lc_events(cs_lc) : 0),
                             .findings = cs_findings_total()};
             if (cs_lc) {
@@ -321,9 +323,11 @@ static void on_crash(int sig, siginfo_t *si, void *ucv)
             cs_trace_write(CS_REC_END, &e, sizeof e);
             cs_trace_close();
         }
-        dprintf(2, "==%d==capsan: %s at pc 0x%llx (address 0x%llx)%s\n", (int)getpid(),
-                strsignal(sig), (unsigned long long)pc,
-                (unsigned long long)(uintptr_t)si->si_addr,
+        char at[40] = "";
+        if (si->si_code > 0)
+            snprintf(at, sizeof at, " (address 0x%llx)", (unsigned long long)addr);
+        dprintf(2, "==%d==capsan: %s at pc 0x%llx%s%s\n", (int)getpid(), strsignal(sig),
+                (unsigned long long)pc, at,
                 pc == 0 ? ": a call through a NULL function pointer (a NULL deleter?)" : "");
         dprintf(2, "==%d==capsan: %u finding(s) reported before the crash; trace: %s\n",
                 (int)getpid(), cs_findings_total(), cs_trace_path());

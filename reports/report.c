@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -418,7 +419,11 @@ static void text_header(report_ctx *c, const entry *e, const entry *parent)
             o->write(o->ud, " in ", 4);
             o->write(o->ud, fn, strlen(fn));
         }
-        cs_outf(o, ", fault address 0x%llx\n", (unsigned long long)t->end.fault_addr);
+        int fault = t->end.status == SIGSEGV || t->end.status == SIGBUS ||
+                    t->end.status == SIGILL || t->end.status == SIGFPE;
+        if (fault) /* a signal sent (abort(), kill) has no fault address */
+            cs_outf(o, ", fault address 0x%llx", (unsigned long long)t->end.fault_addr);
+        cs_outf(o, "\n");
     }
 }
 

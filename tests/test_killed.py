@@ -11,8 +11,8 @@ import signal
 
 import pytest
 
-from conftest import (CURRENT, PYSHARED, SCENARIOS, STATIC_PY, assert_finding_at, findings,
-                      is_signal, process_of, run_capsan, summarize)
+from conftest import (CURRENT, PYSHARED, SCENARIOS, STATIC_PY, assert_finding_at, capsan_report,
+                      findings, is_signal, process_of, run_capsan, summarize, trace_files)
 
 S = SCENARIOS / "killed.py"
 
@@ -68,3 +68,23 @@ def test_killed_fork_child_judges_its_own(tmp_path, interp):
     assert_finding_at(res, "dlpack-leak", S, "child-leak", event="consume", innermost=False)
     # the parent's view is the parent's: not among the child's warnings
     assert not any(f["kind"] == "dlpack-leak" and f is not leaks[0] for f in child[0]["findings"])
+
+
+@pytest.mark.parametrize("how", ["abort", "segv"])
+def test_a_crash_says_its_fault_address_only_for_a_fault(tmp_path, how):
+    """SIGSEGV from a NULL read says the faulting address (0x0), live and
+    in the report; abort() sends SIGABRT, whose siginfo holds no address,
+    so neither says one."""
+    res = run_capsan(SCENARIOS / "crash_kinds.py", tmp_path, args=[how])
+    sig = signal.SIGABRT if how == "abort" else signal.SIGSEGV
+    assert f"crashing {how}" in res.stdout and is_signal(res.returncode, sig), res.describe()
+    line = next((ln for ln in res.stderr.splitlines() if " at pc 0x" in ln and "capsan:" in ln), "")
+    assert line, res.stderr[-3000:]
+    text, _ = capsan_report(trace_files(tmp_path), fmt="text")
+    ended = next((ln for ln in text.stdout.splitlines() if ln.strip().startswith("at pc 0x")), "")
+    assert ended, text.stdout[-3000:]
+    if how == "abort":
+        assert "(address" not in line and "fault address" not in ended, (line, ended)
+    else:
+        assert line.endswith("(address 0x0)"), line
+        assert ended.endswith("fault address 0x0"), ended
