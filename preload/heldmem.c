@@ -13,29 +13,45 @@ static PyObject_ *module(const char *name)
     return modules && cs_py.Dict_GetItemString ? cs_py.Dict_GetItemString(modules, name) : NULL;
 }
 
-void cs_heldmem_init(cs_heldmem *h)
+/* module's attribute (a type the module keeps), or NULL */
+static const void *type_in(const char *mod, const char *const *names, int n)
 {
-    h->pyarrow = module("pyarrow.lib") != NULL;
-    h->torch_tensor = NULL;
-    PyObject_ *c = module("torch._C");
-    for (int i = 0; c && i < 2 && !h->torch_tensor; i++) {
-        PyObject_ *t = cs_py.Object_GetAttrString(c, i ? "_TensorBase" : "TensorBase");
-        if (!t)
+    PyObject_ *m = module(mod);
+    for (int i = 0; m && i < n; i++) {
+        PyObject_ *t = cs_py.Object_GetAttrString(m, names[i]);
+        if (!t) {
             cs_py.Err_Clear();
-        h->torch_tensor = t; /* torch._C keeps it */
+            continue;
+        }
         cs_py_xdecref(t);
+        return t;
     }
+    return NULL;
 }
 
-cs_held_lib cs_heldmem_lib(const cs_heldmem *h, const char *tp_name, int is_torch)
+void cs_heldmem_init(cs_heldmem *h)
 {
-    if (is_torch)
+    static const char *const torch[] = {"TensorBase", "_TensorBase"}, *const ffi[] = {"CObject"};
+    h->pyarrow = module("pyarrow.lib") != NULL;
+    h->torch_tensor = type_in("torch._C", torch, 2);
+    h->ffi_object = type_in("tvm_ffi.core", ffi, 1);
+}
+
+static int subtype(const void *tp, const void *base)
+{
+    return base && (tp == base || cs_py.Type_IsSubtype(tp, base));
+}
+
+cs_held_lib cs_heldmem_lib(const cs_heldmem *h, const void *tp, const char *tp_name)
+{
+    if (subtype(tp, h->torch_tensor))
         return CS_HELD_TORCH;
+    if (subtype(tp, h->ffi_object))
+        return CS_HELD_TVM_FFI;
     if (h->pyarrow && tp_name && !strncmp(tp_name, PA_PREFIX, sizeof PA_PREFIX - 1))
         return CS_HELD_PYARROW;
     return CS_HELD_NONE;
 }
-
 
 static uint64_t as_address(PyObject_ *v)
 {
@@ -106,6 +122,35 @@ static void pa_buffers(const sink *s, PyObject_ *o, int depth)
         each_of(s, o, "columns", depth);
 }
 
+static void data_ptr(const sink *s, PyObject_ *o)
+{
+    PyObject_ *p = cs_py_call_method0(o, "data_ptr");
+    uint64_t a = as_address(p);
+    if (a)
+        s->cb(a, s->ud);
+    cs_py_xdecref(p);
+    cs_py.Err_Clear();
+}
+
+/* a tvm-ffi tensor's data, or the tensors' of a container (an Array or a
+ * List is a sequence; a Map's values) */
+static void ffi_data(const sink *s, PyObject_ *o, int depth)
+{
+    if (!o || depth > 3)
+        return;
+    if (has(o, "data_ptr")) {
+        data_ptr(s, o);
+        return;
+    }
+    PyObject_ *vals = has(o, "values") ? cs_py_call_method0(o, "values") : NULL;
+    PyObject_ *list = cs_py.Sequence_List(vals ? vals : o);
+    intptr_t k = list ? cs_py.List_Size(list) : -1;
+    for (intptr_t i = 0; i < k; i++)
+        ffi_data(s, cs_py.List_GetItem(list, i), depth + 1);
+    cs_py_xdecref(list), cs_py_xdecref(vals);
+    cs_py.Err_Clear();
+}
+
 void cs_heldmem_addresses(PyObject_ *o, cs_held_lib lib, void (*cb)(uint64_t addr, void *ud),
                           void *ud)
 {
@@ -113,14 +158,10 @@ void cs_heldmem_addresses(PyObject_ *o, cs_held_lib lib, void (*cb)(uint64_t add
         !cs_py.Sequence_List || !cs_py.Object_CallFunctionObjArgs)
         return;
     sink s = {cb, ud};
-    if (lib == CS_HELD_PYARROW) {
+    if (lib == CS_HELD_PYARROW)
         pa_buffers(&s, o, 0);
-    } else if (lib == CS_HELD_TORCH) {
-        PyObject_ *p = cs_py_call_method0(o, "data_ptr");
-        uint64_t a = as_address(p);
-        if (a)
-            cb(a, ud);
-        cs_py_xdecref(p);
-        cs_py.Err_Clear();
-    }
+    else if (lib == CS_HELD_TORCH)
+        data_ptr(&s, o);
+    else if (lib == CS_HELD_TVM_FFI)
+        ffi_data(&s, o, 0);
 }

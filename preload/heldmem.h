@@ -12,20 +12,21 @@
 
 #include "pyapi.h"
 
-typedef enum cs_held_lib { CS_HELD_NONE = 0, CS_HELD_PYARROW, CS_HELD_TORCH } cs_held_lib;
+typedef enum cs_held_lib { CS_HELD_NONE = 0, CS_HELD_PYARROW, CS_HELD_TORCH, CS_HELD_TVM_FFI } cs_held_lib;
 
 /* What the walk must collect: call once per walk (GIL held): which of the
  * libraries are imported, and torch's tensor type. */
 typedef struct cs_heldmem {
     int pyarrow;
     const void *torch_tensor; /* torch._C.TensorBase (_TensorBase before 2.3), or NULL */
+    const void *ffi_object;   /* tvm_ffi.core.CObject: its tensors and containers, or NULL */
 } cs_heldmem;
 void cs_heldmem_init(cs_heldmem *h);
-/* Whether objects of type tp (its name; is_torch: a subtype of
- * torch_tensor) hold memory this way, and whose. */
-cs_held_lib cs_heldmem_lib(const cs_heldmem *h, const char *tp_name, int is_torch);
+/* Whether objects of type tp hold memory this way, and whose. */
+cs_held_lib cs_heldmem_lib(const cs_heldmem *h, const void *tp, const char *tp_name);
 /* Each address object o holds: every buffer of a pyarrow table, chunked
- * array, record batch or array; a torch tensor's data_ptr(). Runs the
+ * array, record batch or array; a torch tensor's data_ptr(); a tvm-ffi
+ * tensor's data_ptr(), or those of a tvm-ffi Array, List or Map's. Runs the
  * libraries' getters (GIL held). */
 void cs_heldmem_addresses(PyObject_ *o, cs_held_lib lib, void (*cb)(uint64_t addr, void *ud),
                           void *ud);

@@ -212,14 +212,12 @@ static void keep_held(held_list *l, PyObject_ *o, uint32_t root, uint8_t lib)
 
 static cs_held_lib held_lib(held_list *l, const type_head *tp)
 {
-    if (!l->libs.pyarrow && !l->libs.torch_tensor)
+    if (!l->libs.pyarrow && !l->libs.torch_tensor && !l->libs.ffi_object)
         return CS_HELD_NONE;
     unsigned k = (unsigned)(((uintptr_t)tp >> 4) & 63);
     if (l->memo.type[k] != tp) {
-        int torch = l->libs.torch_tensor && ((const void *)tp == l->libs.torch_tensor ||
-                                             cs_py.Type_IsSubtype(tp, l->libs.torch_tensor));
         l->memo.type[k] = tp;
-        l->memo.is[k] = (uint8_t)cs_heldmem_lib(&l->libs, tp->tp_name, torch);
+        l->memo.is[k] = (uint8_t)cs_heldmem_lib(&l->libs, tp, tp->tp_name);
     }
     return (cs_held_lib)l->memo.is[k];
 }
@@ -309,7 +307,7 @@ size_t cs_pyreach(PyObject_ *const *roots, size_t nroots, const uint64_t *want, 
     held_list held = {0};
     cs_heldmem_init(&held.libs);
     /* with objects that hold memory unseen, the walk goes on to its end */
-    int to_end = held.libs.pyarrow || held.libs.torch_tensor;
+    int to_end = held.libs.pyarrow || held.libs.torch_tensor || held.libs.ffi_object;
     size_t got = 0;
     /* every root is seen from the start: one root's walk stops at another
      * (sys reaches every module through sys.modules, a function its

@@ -342,3 +342,16 @@ def test_pytest_plugin_fails_the_leaking_test(tmp_path, py311):
     assert "test_kernel_clean" not in out.split("short test summary")[-1], out[-4000:]
     line = marker_line(path, "plugin-leak")
     assert f"dlpack-leak x" in out and f"test_kernels.py:{line}" in out, out[-4000:]
+
+
+def test_tensors_held_in_globals_never_cleared(tmp_path, py311):
+    """tvm-ffi's registry keeps a registered function's module globals past
+    finalization; tvm-ffi containers of torch tensors taken through the
+    exchange API, kept there, were four dlpack-leak errors. At atexit
+    capsan asks the tvm-ffi objects a never-cleared module reaches for their
+    tensors' data: held. The lost NumPy reference is still a leak."""
+    script = SCENARIOS / "xapi_kept_globals.py"
+    res = run_capsan(script, tmp_path, interpreter=py311)
+    assert "done 3" in res.stdout, res.describe()
+    assert kinds(res.report) == {"numpy-leak"}, res.describe()
+    assert_finding_at(res, "numpy-leak", script, "lost", innermost=False)
