@@ -122,6 +122,28 @@ static void pa_buffers(const sink *s, PyObject_ *o, int depth)
         each_of(s, o, "columns", depth);
 }
 
+/* A pyarrow object the walk met: one made with __new__ and no __init__
+ * crashes its getters (a NULL C++ object), so only what says it is whole
+ * is asked: an Array whose type is set, a Table or a RecordBatch that is
+ * _is_initialized(). A ChunkedArray has no such check: only those a
+ * Table's columns give are asked. */
+static void pa_object(const sink *s, PyObject_ *o)
+{
+    PyObject_ *v = NULL;
+    int whole = 0;
+    if (has(o, "buffers")) {
+        v = cs_py.Object_GetAttrString(o, "type");
+        whole = v && v != cs_py.None_;
+    } else if (has(o, "_is_initialized")) {
+        v = cs_py_call_method0(o, "_is_initialized");
+        whole = v && v != cs_py.None_ && v == cs_py.True_;
+    }
+    cs_py_xdecref(v);
+    cs_py.Err_Clear();
+    if (whole)
+        pa_buffers(s, o, 0);
+}
+
 static void data_ptr(const sink *s, PyObject_ *o)
 {
     PyObject_ *p = cs_py_call_method0(o, "data_ptr");
@@ -159,7 +181,7 @@ void cs_heldmem_addresses(PyObject_ *o, cs_held_lib lib, void (*cb)(uint64_t add
         return;
     sink s = {cb, ud};
     if (lib == CS_HELD_PYARROW)
-        pa_buffers(&s, o, 0);
+        pa_object(&s, o);
     else if (lib == CS_HELD_TORCH)
         data_ptr(&s, o);
     else if (lib == CS_HELD_TVM_FFI)

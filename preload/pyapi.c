@@ -56,6 +56,7 @@ int cs_pyapi_init(void)
     SYM(List_Append, "PyList_Append");
     SYM(Err_Clear, "PyErr_Clear");
     SYM(None_, "_Py_NoneStruct");
+    SYM(True_, "_Py_TrueStruct");
     SYM(Import_GetModuleDict, "PyImport_GetModuleDict");
     SYM(Dict_GetItemString, "PyDict_GetItemString");
     SYM(Dict_SetItemString, "PyDict_SetItemString");

@@ -65,6 +65,7 @@ typedef struct cs_pyapi {
     int (*List_Append)(PyObject_ *, PyObject_ *);
     void (*Err_Clear)(void);
     PyObject_ *None_; /* &_Py_NoneStruct */
+    PyObject_ *True_; /* &_Py_TrueStruct */
     PyObject_ *(*Import_GetModuleDict)(void);
     PyObject_ *(*Dict_GetItemString)(PyObject_ *, const char *);
     int (*Dict_SetItemString)(PyObject_ *, const char *, PyObject_ *);

@@ -156,3 +156,12 @@ def test_pytest_holds_what_pyarrow_wraps(tmp_path, apy):
     assert f"FAILED test_held.py::test_lost - capsan: numpy-leak at test_held.py:{line}" in out, \
         out[-3000:]
     assert "1 failed, 3 passed" in out, out[-3000:]
+
+
+def test_uninitialized_pyarrow_objects_at_exit(tmp_path, apy):
+    """pa.Array, Table, RecordBatch and ChunkedArray made with __new__ only,
+    alive at exit: the exit walk does not call their (crashing) getters; the
+    program ends 0 and clean."""
+    res = run_capsan(SCENARIOS / "ar_uninit_objects.py", tmp_path, interpreter=apy)
+    assert "end 5" in res.stdout and res.returncode == 0, res.describe()
+    assert findings(res.report) == [], res.describe()

@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 df = pd.DataFrame({"a": np.arange(10000), "b": np.random.rand(10000)})
 table = pa.Table.from_pandas(df)
 col = pa.array(np.arange(3, dtype=np.int8))  # zero-copy around a temporary array
-chunked = pa.chunked_array([pa.array(np.ones(5))])
+chunked_table = pa.table({"c": pa.chunked_array([pa.array(np.ones(5))])})
 with tempfile.TemporaryDirectory() as d:
     pq.write_table(table, os.path.join(d, "t.parquet"))
 lost = np.ones(9)  # <-- lost

@@ -18,8 +18,8 @@ def test_table_from_pandas_in_global():
     KEEP.append(pa.Table.from_pandas(pd.DataFrame({"a": np.arange(100.0)})))
 
 
-def test_chunked_in_global():
-    KEEP.append(pa.chunked_array([pa.array(np.ones(4)), pa.array(np.zeros(3))]))
+def test_chunked_in_table_in_global():
+    KEEP.append(pa.table({"c": pa.chunked_array([pa.array(np.ones(4)), pa.array(np.zeros(3))])}))
 
 
 def test_lost():
