@@ -162,8 +162,12 @@ size_t cs_lc_exit_candidates(cs_lifecycle *lc, int ns, uint64_t **out);
  * it inherited when it forked) and is still alive. */
 size_t cs_lc_quick_exit_candidates(cs_lifecycle *lc, int ns, uint64_t **out);
 /* [lo[i], hi[i]) = the memory keys[i] stands for: a live NumPy block's
- * bytes, or the data of a DLPack tensor as consumed ([0, 0): neither) */
-void cs_lc_spans(cs_lifecycle *lc, const uint64_t *keys, size_t n, uint64_t *lo, uint64_t *hi);
+ * bytes (who[i] = 0), or the data of a DLPack tensor a consumer holds,
+ * who[i] = the consumer's return address, or CS_LC_WHO_XFROM for one an
+ * exchange-API caller took ([0, 0): neither) */
+#define CS_LC_WHO_XFROM 1u
+void cs_lc_spans(cs_lifecycle *lc, const uint64_t *keys, size_t n, uint64_t *lo, uint64_t *hi,
+                 uint64_t *who);
 
 /* The keys of the live objects of a namespace whose origin event has c ==
  * origin_c, sorted, into a malloc'd *out the caller frees; returns how

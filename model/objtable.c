@@ -597,17 +597,33 @@ size_t cs_lc_live_keys(cs_lifecycle *lc, int ns, uint64_t **out)
     return ot_live_keys(lc, ns, NULL, NULL, out);
 }
 
-void cs_lc_spans(cs_lifecycle *lc, const uint64_t *keys, size_t n, uint64_t *lo, uint64_t *hi)
+/* who holds a live DLPack tensor on the program's side: the consumer's
+ * return address, or CS_LC_WHO_XFROM for one an exchange-API caller took */
+static uint64_t consumer_of(const obj *o)
+{
+    for (unsigned i = 0; i < o->nhist; i++) {
+        const cs_event *e = &o->hist[i];
+        if (e->kind == CS_EV_CONSUME && e->b)
+            return e->b;
+        if (e->kind == CS_EV_EXPORT && (e->aux & CS_DLV_XFROM))
+            return CS_LC_WHO_XFROM;
+    }
+    return 0;
+}
+
+void cs_lc_spans(cs_lifecycle *lc, const uint64_t *keys, size_t n, uint64_t *lo, uint64_t *hi,
+                 uint64_t *who)
 {
     for (size_t i = 0; i < n; i++) {
         stripe *st = ot_stripe_of(lc, keys[i]);
         ot_lock(lc, st);
         obj *o = ot_find(st, keys[i], CS_NS_NUMPY);
-        lo[i] = hi[i] = 0;
+        lo[i] = hi[i] = who[i] = 0;
         if (o && o->state == CS_ST_CREATED) {
             lo[i] = o->key;
             hi[i] = ot_block_end(o);
-        } else if ((o = ot_find(st, keys[i], CS_NS_DLPACK)) && o->data) {
+        } else if ((o = ot_find(st, keys[i], CS_NS_DLPACK)) && o->data &&
+                   (who[i] = consumer_of(o))) {
             lo[i] = o->data;
             hi[i] = o->data + (o->bytes ? o->bytes : 1);
         }

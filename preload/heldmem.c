@@ -2,7 +2,10 @@
  * heldmem.h). */
 #include "heldmem.h"
 
+#include <dlfcn.h>
 #include <string.h>
+
+#include "lifecycle.h"
 
 #define PA_PREFIX "pyarrow.lib."
 
@@ -11,6 +14,12 @@ static PyObject_ *module(const char *name)
 {
     PyObject_ *modules = cs_py.Import_GetModuleDict ? cs_py.Import_GetModuleDict() : NULL;
     return modules && cs_py.Dict_GetItemString ? cs_py.Dict_GetItemString(modules, name) : NULL;
+}
+
+static uintptr_t base_of(uintptr_t addr)
+{
+    Dl_info di;
+    return addr && dladdr((void *)addr, &di) ? (uintptr_t)di.dli_fbase : 0;
 }
 
 /* module's attribute (a type the module keeps), or NULL */
@@ -35,6 +44,17 @@ void cs_heldmem_init(cs_heldmem *h)
     h->pyarrow = module("pyarrow.lib") != NULL;
     h->torch_tensor = type_in("torch._C", torch, 2);
     h->ffi_object = type_in("tvm_ffi.core", ffi, 1);
+    h->torch_base = base_of((uintptr_t)h->torch_tensor);
+    h->ffi_base = base_of((uintptr_t)h->ffi_object);
+}
+
+int cs_heldmem_consumed_by(const cs_heldmem *h, cs_held_lib lib, uint64_t consumer)
+{
+    if (lib == CS_HELD_TVM_FFI)
+        return consumer == CS_LC_WHO_XFROM || (h->ffi_base && base_of(consumer) == h->ffi_base);
+    if (lib == CS_HELD_TORCH)
+        return consumer > CS_LC_WHO_XFROM && h->torch_base && base_of(consumer) == h->torch_base;
+    return 0; /* pyarrow's buffers are a producer's */
 }
 
 static int subtype(const void *tp, const void *base)

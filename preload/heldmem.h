@@ -20,7 +20,13 @@ typedef struct cs_heldmem {
     int pyarrow;
     const void *torch_tensor; /* torch._C.TensorBase (_TensorBase before 2.3), or NULL */
     const void *ffi_object;   /* tvm_ffi.core.CObject: its tensors and containers, or NULL */
+    uintptr_t torch_base, ffi_base; /* the libraries those types live in (dladdr) */
 } cs_heldmem;
+/* Whether an object of lib holds the DLPack tensor that the code at
+ * consumer (a return address; CS_LC_WHO_XFROM: an exchange-API caller)
+ * consumed: the library's own objects hold what it consumes, and the
+ * producer's objects (pyarrow's, a torch tensor exported) do not. */
+int cs_heldmem_consumed_by(const cs_heldmem *h, cs_held_lib lib, uint64_t consumer);
 void cs_heldmem_init(cs_heldmem *h);
 /* Whether objects of type tp hold memory this way, and whose. */
 cs_held_lib cs_heldmem_lib(const cs_heldmem *h, const void *tp, const char *tp_name);

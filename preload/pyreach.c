@@ -224,7 +224,8 @@ static cs_held_lib held_lib(held_list *l, const type_head *tp)
 
 /* an address a held object gave: the wanted object whose memory it lies in */
 typedef struct matcher {
-    const uint64_t *lo, *hi;
+    const uint64_t *lo, *hi, *who;
+    const cs_heldmem *libs;
     const size_t *by_lo; /* indices, in lo order */
     size_t n;
     uint8_t *found;
@@ -256,6 +257,9 @@ static void on_address(uint64_t a, void *ud)
         size_t k = m->by_lo[j - 1];
         if (a >= m->hi[k])
             continue;
+        /* a tensor is held by its consumer's objects, not its producer's */
+        if (m->who[k] && !cs_heldmem_consumed_by(m->libs, (cs_held_lib)m->cur->lib, m->who[k]))
+            continue;
         if (m->cur->lib == CS_HELD_PYARROW) {
             /* pyarrow lets go of such a buffer at shutdown without releasing
              * its array: held whether or not the globals are cleared */
@@ -274,20 +278,21 @@ static void match_held(held_list *l, const uint64_t *want, size_t n, uint8_t *fo
                        uint64_t *where, uint32_t *label)
 {
     uint64_t *lo = l->n ? calloc(n, sizeof *lo) : NULL, *hi = lo ? calloc(n, sizeof *hi) : NULL;
-    size_t *by = hi ? malloc(n * sizeof *by) : NULL;
+    uint64_t *who = hi ? calloc(n, sizeof *who) : NULL;
+    size_t *by = who ? malloc(n * sizeof *by) : NULL;
     if (by && cs_lc) {
-        cs_lc_spans(cs_lc, want, n, lo, hi);
+        cs_lc_spans(cs_lc, want, n, lo, hi, who);
         for (size_t i = 0; i < n; i++)
             by[i] = i;
         sort_lo = lo; /* GIL held: one walk at a time */
         qsort(by, n, sizeof *by, cmp_by_lo);
-        matcher m = {lo, hi, by, n, found, where, label, NULL};
+        matcher m = {lo, hi, who, &l->libs, by, n, found, where, label, NULL};
         for (size_t i = 0; i < l->n; i++) {
             m.cur = &l->v[i];
             cs_heldmem_addresses(l->v[i].o, (cs_held_lib)l->v[i].lib, on_address, &m);
         }
     }
-    free(by), free(hi), free(lo);
+    free(by), free(who), free(hi), free(lo);
     for (size_t i = 0; i < l->n; i++)
         cs_py.DecRef(l->v[i].o);
     free(l->v);

@@ -266,10 +266,13 @@ def test_globals_never_cleared_and_kept_views_are_held(tmp_path, interp):
     script = SCENARIOS / "exit_kept_globals.py"
     res = run_capsan(script, tmp_path, interpreter=interp)
     assert "done" in res.stdout, res.describe()
-    assert kinds(res.report) == {"numpy-leak"}, summarize(res.report)
+    assert kinds(res.report) == {"numpy-leak", "dlpack-leak"}, summarize(res.report)
     leaks = findings(res.report, "numpy-leak")
     assert len(leaks) == 1 and leaks[0]["bytes"] == 72, summarize(res.report)
     assert_finding_at(res, "numpy-leak", script, "lost", innermost=False)
+    # the kept producer tensor does not hold the tensor its consumer lost
+    assert len(findings(res.report, "dlpack-leak")) == 1, summarize(res.report)
+    assert_finding_at(res, "dlpack-leak", script, "export-leak", event="export", innermost=False)
 
 
 def test_errors_are_printed_before_warnings_fill_max_findings(tmp_path, interp):
