@@ -137,13 +137,17 @@ static PyObject_ *frame_roots(PyObject_ *f)
 }
 
 /* Every other thread's frames, walked for the live NumPy blocks */
-static void walk_threads(void)
+/* Each other thread's frames, walked up to the modules' globals (dicts:
+ * what those reach is the modules', and a thread's frames reach them all
+ * through its functions) */
+static void walk_threads(PyObject_ *const *dicts, size_t nd)
 {
     uint64_t *keys;
     uint8_t *ns;
     size_t n = candidates(&keys, &ns);
     uint8_t *found = n ? malloc(n) : NULL;
-    PyObject_ *sys = found ? cs_py.Import_ImportModule("sys") : NULL;
+    PyObject_ *modules = found ? cs_py.Import_GetModuleDict() : NULL;
+    PyObject_ *sys = modules ? cs_py.Dict_GetItemString(modules, "sys") : NULL; /* borrowed */
     PyObject_ *frames = sys ? cs_py_call_method0(sys, "_current_frames") : NULL;
     unsigned long me = cs_py.Thread_get_thread_ident();
     intptr_t pos = 0;
@@ -153,15 +157,21 @@ static void walk_threads(void)
         if (id == me)
             continue;
         PyObject_ *roots = frame_roots(f);
-        if (roots && cs_pyreach(&roots, 1, keys, n, found, NULL, NULL)) {
+        PyObject_ **all = roots ? malloc((nd + 1) * sizeof *all) : NULL;
+        if (all) {
+            all[0] = roots;
+            memcpy(all + 1, dicts, nd * sizeof *dicts);
+        }
+        if (all && cs_pyreach(all, nd + 1, 1, keys, n, found, NULL, NULL)) {
             uint32_t num = cs_thread_num_of(id);
             for (size_t i = 0; i < n; i++)
                 if (found[i])
                     note(keys[i], ns[i], 0, num, CS_WHERE_THREAD_FRAMES);
         }
+        free(all);
         cs_py_xdecref(roots);
     }
-    cs_py_xdecref(frames), cs_py_xdecref(sys);
+    cs_py_xdecref(frames);
     cs_py.Err_Clear(); /* atexit gets None, never an error of capsan's */
     free(found);
     forget(keys, ns, n);
@@ -213,7 +223,7 @@ static size_t module_dicts(PyObject_ ***out)
  * copy: when such an object dies during finalization, pyarrow lets go of
  * its buffer without releasing the array (Python is going away), so the
  * block outlives the process though the program held it properly. */
-static void module_roots(void)
+static void module_roots(PyObject_ *const *dicts, size_t nd)
 {
     uint64_t *keys;
     uint8_t *ns;
@@ -221,11 +231,7 @@ static void module_roots(void)
     uint8_t *found = n ? malloc(n) : NULL;
     uint64_t *where = n ? calloc(n, sizeof *where) : NULL;
     uint32_t *label = n ? calloc(n, sizeof *label) : NULL;
-    PyObject_ **dicts = NULL;
-    if (n && !cleared)
-        cleared = calloc(MAX_MODULES, 1);
-    size_t nd = found && where && label && cleared ? module_dicts(&dicts) : 0;
-    if (nd && cs_pyreach(dicts, nd, keys, n, found, where, label))
+    if (found && where && label && nd && cs_pyreach(dicts, nd, nd, keys, n, found, where, label))
         for (size_t i = 0; i < n; i++) {
             if (found[i] == CS_REACH_ARROW)
                 note(keys[i], ns[i], where[i], 0, CS_WHERE_ARROW_BUFFER);
@@ -233,9 +239,6 @@ static void module_roots(void)
                 note_in(keys[i], ns[i], 0, 0, CS_WHERE_MODULE_KEPT,
                         nwitness - (uint32_t)nd + label[i] + 1);
         }
-    for (size_t i = 0; i < nd; i++)
-        cs_py.DecRef(dicts[i]);
-    free(dicts);
     free(label);
     free(where);
     free(found);
@@ -248,8 +251,17 @@ static PyObject_ *at_exit(PyObject_ *self, PyObject_ *unused)
     cs_thread *t = cs_thread_get();
     if (t)
         t->busy = 1; /* the scan's and walk's own allocations are no events */
-    walk_threads();
-    module_roots();
+    PyObject_ **dicts = NULL;
+    size_t nd = 0;
+    if (!cleared)
+        cleared = calloc(MAX_MODULES, 1);
+    if (cleared && cs_lc && cs_recording)
+        nd = module_dicts(&dicts);
+    walk_threads(dicts, nd);
+    module_roots(dicts, nd);
+    for (size_t i = 0; i < nd; i++)
+        cs_py.DecRef(dicts[i]);
+    free(dicts);
     if (t)
         t->busy = 0;
     cs_py.IncRef(cs_py.None_);

@@ -168,10 +168,10 @@ static long mark(uint64_t v, const uint64_t *want, size_t n, uint8_t *found)
 const void *cs_pyreach_ndarray(void)
 {
     /* numpy is imported already: capsan has blocks only then */
-    PyObject_ *np = cs_py.Import_ImportModule ? cs_py.Import_ImportModule("numpy") : NULL;
+    PyObject_ *modules = cs_py.Import_GetModuleDict ? cs_py.Import_GetModuleDict() : NULL;
+    PyObject_ *np = modules && cs_py.Dict_GetItemString ? cs_py.Dict_GetItemString(modules, "numpy")
+                                                        : NULL; /* borrowed; no import hook runs */
     PyObject_ *t = np ? cs_py.Object_GetAttrString(np, "ndarray") : NULL;
-    if (np)
-        cs_py.DecRef(np);
     if (!t) {
         cs_py.Err_Clear();
         return NULL;
@@ -298,8 +298,8 @@ static void match_held(held_list *l, const uint64_t *want, size_t n, uint8_t *fo
     free(l->v);
 }
 
-size_t cs_pyreach(PyObject_ *const *roots, size_t nroots, const uint64_t *want, size_t n,
-                  uint8_t *found, uint64_t *where, uint32_t *label)
+size_t cs_pyreach(PyObject_ *const *roots, size_t nroots, size_t nwalk, const uint64_t *want,
+                  size_t n, uint8_t *found, uint64_t *where, uint32_t *label)
 {
     if (!n || !cs_py.Type_IsSubtype || !cs_py.Capsule_Type || !cs_py.Err_Clear)
         return 0;
@@ -320,7 +320,7 @@ size_t cs_pyreach(PyObject_ *const *roots, size_t nroots, const uint64_t *want, 
     for (size_t r = 0; r < nroots; r++)
         visit(roots[r], &w);
     w.ntodo = 0;
-    for (size_t r = 0; r < nroots && (to_end || got < n) && !w.oom; r++) {
+    for (size_t r = 0; r < nwalk && r < nroots && (to_end || got < n) && !w.oom; r++) {
         if (roots[r])
             push(&w, roots[r]);
         while (w.ntodo && (to_end || got < n) && !w.oom) {
@@ -361,5 +361,5 @@ size_t cs_pyreach(PyObject_ *const *roots, size_t nroots, const uint64_t *want, 
 
 int capsan_reached(PyObject_ *roots, const uint64_t *want, size_t n, uint8_t *found)
 {
-    return (int)cs_pyreach(&roots, roots ? 1 : 0, want, n, found, NULL, NULL);
+    return (int)cs_pyreach(&roots, roots ? 1 : 0, 1, want, n, found, NULL, NULL);
 }

@@ -12,8 +12,9 @@
 /* How a block was reached */
 enum { CS_REACH_NONE = 0, CS_REACH_OBJECT = 1, CS_REACH_ARROW = 2 };
 
-/* Walk from each of the nroots roots in turn (any objects: a list of roots
- * is walked through; one root's walk stops at the others) along what each
+/* Walk from each of the first nwalk of the nroots roots in turn (any
+ * objects: a list of roots is walked through; one root's walk stops at the
+ * others, and the rest are only stops) along what each
  * object's tp_traverse visits, an array's `base` and the tensor of a
  * DLPack capsule. want[0..n) are NumPy block addresses and DLPack tensor
  * (struct) addresses, sorted. found[i] = CS_REACH_OBJECT when an array's
@@ -27,8 +28,8 @@ enum { CS_REACH_NONE = 0, CS_REACH_OBJECT = 1, CS_REACH_ARROW = 2 };
  * (where may be NULL) to the buffer's address. Returns how many were
  * found. GIL held; the walk runs no Python code (tp_traverse runs none),
  * the libraries' getters run after it. 0 when numpy is not imported. */
-size_t cs_pyreach(PyObject_ *const *roots, size_t nroots, const uint64_t *want, size_t n,
-                  uint8_t *found, uint64_t *where, uint32_t *label);
+size_t cs_pyreach(PyObject_ *const *roots, size_t nroots, size_t nwalk, const uint64_t *want,
+                  size_t n, uint8_t *found, uint64_t *where, uint32_t *label);
 
 /* numpy.ndarray (a static type), or NULL when numpy is not imported. GIL held. */
 const void *cs_pyreach_ndarray(void);
