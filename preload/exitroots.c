@@ -1,4 +1,5 @@
-/* What the Python threads still running at a normal exit hold (see
+/* What the program still held as the interpreter began to exit: the other
+ * threads' frames and the modules' globals, walked at atexit (see
  * exitroots.h). */
 #include "exitroots.h"
 
@@ -70,13 +71,6 @@ static size_t candidates(uint64_t **keys, uint8_t **ns)
     return n;
 }
 
-static void forget(uint64_t *keys, uint8_t *ns, size_t n)
-{
-    if (keys) /* freed memory keeps its bytes: no stale copy of a key */
-        memset(keys, 0, n * sizeof *keys);
-    free(keys);
-    free(ns);
-}
 
 /* ---- module witnesses: whose globals the interpreter cleared ----
  * Finalization clears every module's globals, and so frees what they
@@ -111,8 +105,6 @@ size_t cs_exitroots_held(cs_exit_held **out)
     return n;
 }
 
-
-
 /* The local variables of frame f and of every frame it was called from,
  * as a list of lists: the roots of one thread. A new reference, or NULL. */
 static PyObject_ *frame_roots(PyObject_ *f)
@@ -136,45 +128,42 @@ static PyObject_ *frame_roots(PyObject_ *f)
     return roots;
 }
 
-/* Every other thread's frames, walked for the live NumPy blocks */
+/* The blocks and tensors a normal exit would judge (keys, sorted; ns[i]
+ * the namespace of keys[i]), and the walks' answer for each */
+typedef struct wanted {
+    uint64_t *keys;
+    uint8_t *ns, *found;
+    size_t n;
+} wanted;
+
 /* Each other thread's frames, walked up to the modules' globals (dicts:
  * what those reach is the modules', and a thread's frames reach them all
  * through its functions) */
-static void walk_threads(PyObject_ *const *dicts, size_t nd)
+static void walk_threads(const wanted *w, PyObject_ *const *dicts, size_t nd)
 {
-    uint64_t *keys;
-    uint8_t *ns;
-    size_t n = candidates(&keys, &ns);
-    uint8_t *found = n ? malloc(n) : NULL;
-    PyObject_ *modules = found ? cs_py.Import_GetModuleDict() : NULL;
-    PyObject_ *sys = modules ? cs_py.Dict_GetItemString(modules, "sys") : NULL; /* borrowed */
+    PyObject_ *sys = cs_py_module("sys");
     PyObject_ *frames = sys ? cs_py_call_method0(sys, "_current_frames") : NULL;
+    PyObject_ **roots = malloc((nd + 1) * sizeof *roots);
     unsigned long me = cs_py.Thread_get_thread_ident();
     intptr_t pos = 0;
     PyObject_ *k, *f;
-    while (frames && cs_py.Dict_Next(frames, &pos, &k, &f)) {
+    if (roots)
+        memcpy(roots + 1, dicts, nd * sizeof *dicts);
+    while (roots && frames && cs_py.Dict_Next(frames, &pos, &k, &f)) {
         unsigned long id = cs_py.Long_AsUnsignedLong(k);
-        if (id == me)
+        if (id == me || !(roots[0] = frame_roots(f)))
             continue;
-        PyObject_ *roots = frame_roots(f);
-        PyObject_ **all = roots ? malloc((nd + 1) * sizeof *all) : NULL;
-        if (all) {
-            all[0] = roots;
-            memcpy(all + 1, dicts, nd * sizeof *dicts);
-        }
-        if (all && cs_pyreach(all, nd + 1, 1, keys, n, found, NULL, NULL)) {
+        if (cs_pyreach(roots, nd + 1, 1, w->keys, w->n, w->found, NULL, NULL)) {
             uint32_t num = cs_thread_num_of(id);
-            for (size_t i = 0; i < n; i++)
-                if (found[i])
-                    note(keys[i], ns[i], 0, num, CS_WHERE_THREAD_FRAMES);
+            for (size_t i = 0; i < w->n; i++)
+                if (w->found[i])
+                    note(w->keys[i], w->ns[i], 0, num, CS_WHERE_THREAD_FRAMES);
         }
-        free(all);
-        cs_py_xdecref(roots);
+        cs_py.DecRef(roots[0]);
     }
+    free(roots);
     cs_py_xdecref(frames);
     cs_py.Err_Clear(); /* atexit gets None, never an error of capsan's */
-    free(found);
-    forget(keys, ns, n);
 }
 
 /* The loaded modules' dicts, each with its witness (new references) */
@@ -223,26 +212,19 @@ static size_t module_dicts(PyObject_ ***out)
  * copy: when such an object dies during finalization, pyarrow lets go of
  * its buffer without releasing the array (Python is going away), so the
  * block outlives the process though the program held it properly. */
-static void module_roots(PyObject_ *const *dicts, size_t nd)
+static void module_roots(const wanted *w, PyObject_ *const *dicts, size_t nd, uint32_t witness0)
 {
-    uint64_t *keys;
-    uint8_t *ns;
-    size_t n = candidates(&keys, &ns);
-    uint8_t *found = n ? malloc(n) : NULL;
-    uint64_t *where = n ? calloc(n, sizeof *where) : NULL;
-    uint32_t *label = n ? calloc(n, sizeof *label) : NULL;
-    if (found && where && label && nd && cs_pyreach(dicts, nd, nd, keys, n, found, where, label))
-        for (size_t i = 0; i < n; i++) {
-            if (found[i] == CS_REACH_ARROW)
-                note(keys[i], ns[i], where[i], 0, CS_WHERE_ARROW_BUFFER);
-            else if (found[i] == CS_REACH_OBJECT && label[i] < nd)
-                note_in(keys[i], ns[i], 0, 0, CS_WHERE_MODULE_KEPT,
-                        nwitness - (uint32_t)nd + label[i] + 1);
+    uint64_t *where = calloc(w->n, sizeof *where);
+    uint32_t *label = calloc(w->n, sizeof *label);
+    if (where && label && nd && cs_pyreach(dicts, nd, nd, w->keys, w->n, w->found, where, label))
+        for (size_t i = 0; i < w->n; i++) {
+            if (w->found[i] == CS_REACH_ARROW)
+                note(w->keys[i], w->ns[i], where[i], 0, CS_WHERE_ARROW_BUFFER);
+            else if (w->found[i] == CS_REACH_OBJECT)
+                note_in(w->keys[i], w->ns[i], 0, 0, CS_WHERE_MODULE_KEPT, witness0 + label[i]);
         }
     free(label);
     free(where);
-    free(found);
-    forget(keys, ns, n);
 }
 
 static PyObject_ *at_exit(PyObject_ *self, PyObject_ *unused)
@@ -250,18 +232,25 @@ static PyObject_ *at_exit(PyObject_ *self, PyObject_ *unused)
     (void)self, (void)unused;
     cs_thread *t = cs_thread_get();
     if (t)
-        t->busy = 1; /* the scan's and walk's own allocations are no events */
-    PyObject_ **dicts = NULL;
-    size_t nd = 0;
+        t->busy = 1; /* the walks' own allocations are no events */
+    wanted w = {0};
+    w.n = candidates(&w.keys, &w.ns);
+    w.found = w.n ? malloc(w.n) : NULL;
     if (!cleared)
         cleared = calloc(MAX_MODULES, 1);
-    if (cleared && cs_lc && cs_recording)
-        nd = module_dicts(&dicts);
-    walk_threads(dicts, nd);
-    module_roots(dicts, nd);
-    for (size_t i = 0; i < nd; i++)
-        cs_py.DecRef(dicts[i]);
-    free(dicts);
+    if (w.found && cleared) {
+        PyObject_ **dicts = NULL;
+        size_t nd = module_dicts(&dicts);
+        uint32_t witness0 = nwitness - (uint32_t)nd + 1; /* dicts[i]'s is witness0 + i */
+        walk_threads(&w, dicts, nd);
+        module_roots(&w, dicts, nd, witness0);
+        for (size_t i = 0; i < nd; i++)
+            cs_py.DecRef(dicts[i]);
+        free(dicts);
+    }
+    if (w.keys) /* freed memory keeps its bytes: no stale copy of a key */
+        memset(w.keys, 0, w.n * sizeof *w.keys);
+    free(w.keys), free(w.ns), free(w.found);
     if (t)
         t->busy = 0;
     cs_py.IncRef(cs_py.None_);

@@ -10,11 +10,6 @@
 #define PA_PREFIX "pyarrow.lib."
 
 
-static PyObject_ *module(const char *name)
-{
-    PyObject_ *modules = cs_py.Import_GetModuleDict ? cs_py.Import_GetModuleDict() : NULL;
-    return modules && cs_py.Dict_GetItemString ? cs_py.Dict_GetItemString(modules, name) : NULL;
-}
 
 static uintptr_t base_of(uintptr_t addr)
 {
@@ -25,7 +20,7 @@ static uintptr_t base_of(uintptr_t addr)
 /* module's attribute (a type the module keeps), or NULL */
 static const void *type_in(const char *mod, const char *const *names, int n)
 {
-    PyObject_ *m = module(mod);
+    PyObject_ *m = cs_py_module(mod);
     for (int i = 0; m && i < n; i++) {
         PyObject_ *t = cs_py.Object_GetAttrString(m, names[i]);
         if (!t) {
@@ -41,7 +36,7 @@ static const void *type_in(const char *mod, const char *const *names, int n)
 void cs_heldmem_init(cs_heldmem *h)
 {
     static const char *const torch[] = {"TensorBase", "_TensorBase"}, *const ffi[] = {"CObject"};
-    h->pyarrow = module("pyarrow.lib") != NULL;
+    h->pyarrow = cs_py_module("pyarrow.lib") != NULL;
     h->torch_tensor = type_in("torch._C", torch, 2);
     h->ffi_object = type_in("tvm_ffi.core", ffi, 1);
     h->torch_base = base_of((uintptr_t)h->torch_tensor);

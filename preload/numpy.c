@@ -635,24 +635,18 @@ static int wrap_api(PyObject_ *mod)
 
 static void learn_dealloc(void)
 {
-    static PyObject_ *(*modules)(void);
-    static PyObject_ *(*dict_get)(PyObject_ *, const char *);
     if (!cs_py.ok || !cs_py.Object_GetAttrString || !cs_py_has_gil())
         return;
-    if (!modules) {
-        *(void **)&modules = dlsym(RTLD_DEFAULT, "PyImport_GetModuleDict");
-        *(void **)&dict_get = dlsym(RTLD_DEFAULT, "PyDict_GetItemString");
-        if (!modules || !dict_get) {
-            dealloc_known = 1;
-            return;
-        }
+    if (!cs_py.Import_GetModuleDict || !cs_py.Dict_GetItemString) {
+        dealloc_known = 1;
+        return;
     }
     PyObject_ *t, *v, *tb;
     cs_py.Err_Fetch(&t, &v, &tb); /* numpy may allocate with an exception set */
-    PyObject_ *sysmods = modules(), *mod = NULL;
     /* numpy 2 keeps a numpy.core shim: the first name is the module */
-    if (sysmods && !(mod = dict_get(sysmods, "numpy._core._multiarray_umath")))
-        mod = dict_get(sysmods, "numpy.core._multiarray_umath");
+    PyObject_ *mod = cs_py_module("numpy._core._multiarray_umath");
+    if (!mod)
+        mod = cs_py_module("numpy.core._multiarray_umath");
     /* numpy 2's multi-phase init puts the module in sys.modules before it
      * runs: until _ARRAY_API is there, learn again later */
     if (mod && !atomic_load_explicit(&free_sites[0], memory_order_relaxed)) {

@@ -95,3 +95,9 @@ PyObject_ *cs_py_call_method0(PyObject_ *obj, const char *name)
     cs_py_xdecref(f);
     return r;
 }
+
+PyObject_ *cs_py_module(const char *name)
+{
+    PyObject_ *modules = cs_py.Import_GetModuleDict ? cs_py.Import_GetModuleDict() : NULL;
+    return modules && cs_py.Dict_GetItemString ? cs_py.Dict_GetItemString(modules, name) : NULL;
+}

@@ -89,6 +89,9 @@ static inline void cs_py_xdecref(PyObject_ *o)
 }
 /* obj.name(): a new reference, or NULL with an exception set. GIL held. */
 PyObject_ *cs_py_call_method0(PyObject_ *obj, const char *name);
+/* sys.modules[name] (borrowed), or NULL: a lookup, never an import (no
+ * import hook runs). GIL held. */
+PyObject_ *cs_py_module(const char *name);
 
 /* Direct reads of _PyRuntime where the version has the current thread
  * state there (3.10, 3.11; gil.c), set once they agree with libpython;

@@ -120,22 +120,27 @@ static int visit(PyObject_ *o, void *arg)
     return 0;
 }
 
-/* ndarray or a subclass: a few types recur, each decided once */
+/* What a type is to the walk (an ndarray, a library object that holds
+ * memory unseen): a few types recur, each decided once */
 typedef struct type_memo {
     const void *type[64];
-    uint8_t is[64];
+    uint8_t what[64];
 } type_memo;
 
-static int is_array(type_memo *m, const type_head *tp, const void *ndarray)
+static uint8_t memo_of(type_memo *m, const type_head *tp,
+                       uint8_t (*decide)(const type_head *, const void *), const void *ctx)
 {
-    if (tp == ndarray)
-        return 1;
     unsigned k = (unsigned)(((uintptr_t)tp >> 4) & 63);
     if (m->type[k] != tp) {
         m->type[k] = tp;
-        m->is[k] = (uint8_t)(cs_py.Type_IsSubtype(tp, ndarray) != 0);
+        m->what[k] = decide(tp, ctx);
     }
-    return m->is[k];
+    return m->what[k];
+}
+
+static uint8_t array_type(const type_head *tp, const void *ndarray)
+{
+    return tp == ndarray || cs_py.Type_IsSubtype(tp, ndarray);
 }
 
 /* The DLPack tensor a capsule holds (a producer's dltensor capsule, numpy's
@@ -168,9 +173,7 @@ static long mark(uint64_t v, const uint64_t *want, size_t n, uint8_t *found)
 const void *cs_pyreach_ndarray(void)
 {
     /* numpy is imported already: capsan has blocks only then */
-    PyObject_ *modules = cs_py.Import_GetModuleDict ? cs_py.Import_GetModuleDict() : NULL;
-    PyObject_ *np = modules && cs_py.Dict_GetItemString ? cs_py.Dict_GetItemString(modules, "numpy")
-                                                        : NULL; /* borrowed; no import hook runs */
+    PyObject_ *np = cs_py_module("numpy");
     PyObject_ *t = np ? cs_py.Object_GetAttrString(np, "ndarray") : NULL;
     if (!t) {
         cs_py.Err_Clear();
@@ -192,7 +195,7 @@ typedef struct held_list {
     cs_heldmem libs;
     held_obj *v;
     size_t n, cap;
-    type_memo memo; /* is[]: the type's cs_held_lib */
+    type_memo memo; /* what[]: the type's cs_held_lib */
 } held_list;
 
 #define MAX_HELD_OBJECTS 100000
@@ -210,16 +213,16 @@ static void keep_held(held_list *l, PyObject_ *o, uint32_t root, uint8_t lib)
     l->v[l->n++] = (held_obj){o, root, lib};
 }
 
+static uint8_t held_type(const type_head *tp, const void *libs)
+{
+    return (uint8_t)cs_heldmem_lib(libs, tp, tp->tp_name);
+}
+
 static cs_held_lib held_lib(held_list *l, const type_head *tp)
 {
     if (!l->libs.pyarrow && !l->libs.torch_tensor && !l->libs.ffi_object)
         return CS_HELD_NONE;
-    unsigned k = (unsigned)(((uintptr_t)tp >> 4) & 63);
-    if (l->memo.type[k] != tp) {
-        l->memo.type[k] = tp;
-        l->memo.is[k] = (uint8_t)cs_heldmem_lib(&l->libs, tp, tp->tp_name);
-    }
-    return (cs_held_lib)l->memo.is[k];
+    return (cs_held_lib)memo_of(&l->memo, tp, held_type, &l->libs);
 }
 
 /* an address a held object gave: the wanted object whose memory it lies in */
@@ -328,7 +331,7 @@ size_t cs_pyreach(PyObject_ *const *roots, size_t nroots, size_t nwalk, const ui
             const type_head *tp = type_of(o);
             long k[2] = {-1, -1};
             cs_held_lib lib;
-            if (is_array(&memo, tp, ndarray)) {
+            if (tp == ndarray || memo_of(&memo, tp, array_type, ndarray)) {
                 k[0] = mark(*(const uint64_t *)((const char *)o + ND_DATA), want, n, found);
                 visit(*(PyObject_ *const *)((const char *)o + ND_BASE), &w);
             } else if ((const void *)tp == cs_py.Capsule_Type) {
