@@ -11,6 +11,7 @@
 #define CAPSAN_LIFECYCLE_H
 
 #include <stddef.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include "tracefmt.h"
 
@@ -216,6 +217,11 @@ extern void (*cs_lc_live_consumed)(uint32_t slot, uint32_t stack);
 extern void (*cs_lc_live_drop)(uint32_t slot);
 /* Mirror every live object again (a forked child's new trace file). */
 void cs_lc_remirror(cs_lifecycle *lc);
+/* R28 for the free `fr` of the block `born` made (an NP_ALLOC): 0 when it
+ * goes through the handler, ctx and functions that made the block, else
+ * why not (CS_STALE_*). The NEP 49 rule's own test, for a runtime that
+ * retires clean pairs itself. */
+uint32_t cs_np_free_stale(const cs_event *born, const cs_event *fr);
 
 /* The consumed, unreleased tensors whose data span overlaps [lo, hi):
  * up to max of them into out; returns how many. Locks each stripe. */
@@ -228,6 +234,20 @@ typedef struct cs_lc_totals {
     int64_t born_arrow;              /* every Arrow struct exported (stream chunks included) */
 } cs_lc_totals;
 void cs_lc_totals_get(cs_lifecycle *lc, cs_lc_totals *out);
+/* Objects the runtime judges outside the table (young.c: NumPy blocks
+ * still on the thread that made them), added to cs_lc_totals_get and
+ * cs_lc_events: their live and born counts and the events judged there.
+ * NULL (the report tool): none. */
+extern void (*cs_lc_outside)(cs_lc_totals *add, uint64_t *events);
+/* The table's live NumPy blocks counted by a hash of their address, if
+ * the runtime gives the counters (young.c: a block at an address the
+ * table may hold alive is judged there, as a missed free). NULL: none. */
+#define CS_LC_NP_LIVE_BITS 16
+extern _Atomic uint16_t *cs_lc_np_live;
+static inline unsigned cs_lc_np_live_at(uint64_t key)
+{
+    return (unsigned)(((key >> 4) * 0xc2b2ae3d27d4eb4full) >> (64 - CS_LC_NP_LIVE_BITS));
+}
 
 /* Object namespaces: a DLPack struct and a NumPy block may share an address
  * over time, so they are judged apart. */

@@ -345,9 +345,14 @@ void ot_trace(cs_lifecycle *lc, obj *o)
 }
 
 /* ---- live totals: an object counts from creation to release ---- */
+_Atomic uint16_t *cs_lc_np_live;
+
 void ot_count(stripe *st, const obj *o, int sign)
 {
     int i = o->ns == CS_NS_NUMPY ? 2 : 0;
+    if (i && cs_lc_np_live)
+        atomic_fetch_add_explicit(&cs_lc_np_live[cs_lc_np_live_at(o->key)], (uint16_t)sign,
+                                  memory_order_relaxed);
     /* one writer (the stripe's lock holder); relaxed stores for readers */
     __atomic_store_n(&st->live[i], st->live[i] + sign, __ATOMIC_RELAXED);
     __atomic_store_n(&st->live[i + 1], st->live[i + 1] + sign * (int64_t)o->bytes, __ATOMIC_RELAXED);
@@ -364,6 +369,12 @@ void cs_lc_totals_get(cs_lifecycle *lc, cs_lc_totals *t)
             v[k] += __atomic_load_n(&lc->s[i].live[k], __ATOMIC_RELAXED);
         for (int k = 0; k < 3; k++)
             b[k] += __atomic_load_n(&lc->s[i].born[k], __ATOMIC_RELAXED);
+    }
+    if (cs_lc_outside) {
+        cs_lc_totals o = {0};
+        uint64_t ev = 0;
+        cs_lc_outside(&o, &ev);
+        v[2] += o.numpy, v[3] += o.numpy_bytes, b[1] += o.born_numpy;
     }
     t->born_dlpack = b[0];
     t->born_numpy = b[1];
@@ -432,11 +443,17 @@ int ot_kept_at_shutdown(cs_lifecycle *lc, uint64_t lo, uint64_t hi)
     return found;
 }
 
+void (*cs_lc_outside)(cs_lc_totals *add, uint64_t *events);
+
 uint64_t cs_lc_events(cs_lifecycle *lc)
 {
     uint64_t n = 0;
     for (int i = 0; i < NSTRIPES; i++)
         n += __atomic_load_n(&lc->s[i].nevents, __ATOMIC_RELAXED);
+    if (cs_lc_outside) {
+        cs_lc_totals o = {0};
+        cs_lc_outside(&o, &n);
+    }
     return n;
 }
 

@@ -20,6 +20,18 @@ static unsigned on_alloc(cs_lifecycle *lc, stripe *st, obj *o, const cs_event *e
     return 0;
 }
 
+uint32_t cs_np_free_stale(const cs_event *born, const cs_event *fr)
+{
+    if (fr->extra) /* the handler is gone, changed or its ctx freed */
+        return fr->extra;
+    if (born && born->c && fr->c && born->c != fr->c)
+        return CS_STALE_OTHER;
+    /* the same handler, re-pointed in place: another pool frees it */
+    if (born && born->extra && fr->a && born->extra != (uint32_t)fr->a)
+        return CS_STALE_REPOINTED;
+    return 0;
+}
+
 /* R28, R29: freed through a handler that is stale, not the one that
  * allocated it, or re-pointed in place since, or freed twice. free(NULL, n) from sort is legal; an
  * unknown block may predate capsan (import capsan starts late). */
@@ -28,13 +40,8 @@ static unsigned on_free(cs_lifecycle *lc, stripe *st, obj *o, const cs_event *ev
     if (!ev->obj || !o)
         return 0;
     if (o->state == CS_ST_CREATED) {
-        uint32_t stale = ev->extra;
         const cs_event *born = o->nhist && o->hist[0].kind == CS_EV_NP_ALLOC ? &o->hist[0] : NULL;
-        if (!stale && born && born->c && ev->c && born->c != ev->c)
-            stale = CS_STALE_OTHER;
-        /* the same handler, re-pointed in place: another pool frees it */
-        if (!stale && born && born->extra && ev->a && born->extra != (uint32_t)ev->a)
-            stale = CS_STALE_REPOINTED;
+        uint32_t stale = cs_np_free_stale(born, ev);
         ot_hist_add(st, o, ev, j);
         if (stale)
             ot_report(lc, j, CS_KIND_NUMPY_STALE_HANDLER, o, NULL, stale, ev->c);

@@ -529,9 +529,14 @@ static int hook_SetName(PyObject_ *cap, const char *name)
     return rc;
 }
 
-static void *hook_GetPointer(PyObject_ *cap, const char *name)
+/* numpy's handler capsule name as numpy's own calls pass it: one literal
+ * of its module, learned at its first call (see hook_np_GetPointer) */
+static const char *np_handler_name;
+
+static inline __attribute__((always_inline)) void *get_pointer(PyObject_ *cap, const char *name,
+                                                              const void *site)
 {
-    GIL_CHECK();
+    cs_check_gil(site, CS_NOGIL_CAPSULE);
     void *p = cs_py.Capsule_GetPointer(cap, name);
     int nk;
     if (name && name[0] == 'm' && eq(name, "mem_handler")) {
@@ -572,6 +577,32 @@ static void *hook_GetPointer(PyObject_ *cap, const char *name)
         ev.kind = CS_EV_GETPTR;
     }
     cs_emit(&ev, 1, NULL, NULL);
+    return p;
+}
+
+static void *hook_GetPointer(PyObject_ *cap, const char *name)
+{
+    return get_pointer(cap, name, __builtin_return_address(0));
+}
+
+/* numpy's own calls (two per array: its alloc and its free read the
+ * handler): the handler's name is known by its address, the rest is as
+ * for any caller */
+__attribute__((noinline)) static void *np_get_pointer(PyObject_ *cap, const char *name,
+                                                      const void *site)
+{
+    if (name && name[0] == 'm' && eq(name, "mem_handler"))
+        np_handler_name = name; /* a literal: it stays */
+    return get_pointer(cap, name, site);
+}
+
+static void *hook_np_GetPointer(PyObject_ *cap, const char *name)
+{
+    if (__builtin_expect(name != np_handler_name || !name, 0))
+        return np_get_pointer(cap, name, __builtin_return_address(0));
+    cs_check_gil(__builtin_return_address(0), CS_NOGIL_CAPSULE);
+    void *p = cs_py.Capsule_GetPointer(cap, name);
+    cs_np_note_handler(cap, p);
     return p;
 }
 
@@ -640,6 +671,7 @@ const cs_hook cs_capsule_hooks[] = {
     {"PyErr_WriteUnraisable", (void *)hook_WriteUnraisable, NULL},
     {"PyCapsule_New", (void *)hook_New, NULL},
     {"PyCapsule_SetName", (void *)hook_SetName, NULL},
+    {"PyCapsule_GetPointer", (void *)hook_np_GetPointer, "_multiarray_umath"},
     {"PyCapsule_GetPointer", (void *)hook_GetPointer, NULL},
     {"PyCapsule_IsValid", (void *)hook_IsValid, NULL},
     {"PyCapsule_SetDestructor", (void *)hook_SetDestructor, NULL},

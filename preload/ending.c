@@ -20,6 +20,7 @@
 #include "runtime.h"
 #include "scan.h"
 #include "tracefile.h"
+#include "young.h"
 
 static char self_path[512];
 static atomic_int stopped; /* cs_ending_stopped: capsan.stop() was called */
@@ -116,6 +117,7 @@ int capsan_scope_dlpack_leaks(uint64_t since_ns)
 {
     if (!cs_lc || !cs_recording)
         return 0;
+    cs_young_flush(); /* a leaked tensor's NumPy blocks are judged with it */
     return scope_leaks(since_ns, 0) + scope_leaks(since_ns, 1);
 }
 
@@ -229,6 +231,7 @@ int cs_ending_finish(int how, int status)
 {
     if (!cs_runtime_end_once())
         return status;
+    cs_young_flush(); /* judged from here on by the lifecycle alone */
     int api_mode = cs_runtime_api_mode();
     /* no leak verdict at exit in API mode (the scopes judged), nor after
      * capsan.stop() (releases since were not seen): the END says which */
@@ -253,6 +256,7 @@ int cs_ending_finish(int how, int status)
     if (t)
         t->busy = 1;
     cs_recording = 0;
+    cs_young_flush(); /* what other threads made meanwhile */
     if (how == CS_END_EXIT || how == CS_END_QUICK_EXIT) {
         cs_lc_finish(cs_lc, how);
         cs_findings_flush_exit();

@@ -12,6 +12,7 @@
 #include "runtime.h"
 #include "spin.h"
 #include "thread.h"
+#include "young.h"
 
 /* PyMethodDef */
 typedef struct method_def {
@@ -56,6 +57,7 @@ static void note(uint64_t key, int ns, uint64_t where, uint32_t thread, unsigned
 static size_t candidates(uint64_t **keys, uint8_t **ns)
 {
     uint64_t *np = NULL, *dl = NULL;
+    cs_young_flush(); /* the blocks still on their threads too */
     size_t nn = cs_lc && cs_recording ? cs_lc_exit_candidates(cs_lc, CS_NS_NUMPY, &np) : 0;
     size_t nd = cs_lc && cs_recording ? cs_lc_exit_candidates(cs_lc, CS_NS_DLPACK, &dl) : 0;
     size_t n = 0;

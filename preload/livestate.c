@@ -68,6 +68,22 @@ static int grow(pool *pl)
     return 0;
 }
 
+cs_live_slot *cs_live_block(uint32_t n)
+{
+    if (!cs_trace_started())
+        return NULL;
+    cs_rec *hdr;
+    cs_rec_live *r = cs_trace_begin(CS_REC_LIVE, sizeof *r + n * sizeof(cs_live_slot), &hdr);
+    if (!r)
+        return NULL;
+    r->nslots = n;
+    r->reserved = 0;
+    cs_live_slot *s = (cs_live_slot *)(r + 1);
+    memset(s, 0, n * sizeof *s);
+    cs_trace_commit(hdr, CS_REC_LIVE);
+    return s;
+}
+
 uint32_t cs_live_put(unsigned p, const cs_event *origin, uint64_t bytes)
 {
     if (p >= CS_LIVE_POOLS || !cs_trace_started())

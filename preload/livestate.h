@@ -20,6 +20,10 @@ uint32_t cs_live_put(unsigned pool, const cs_event *origin, uint64_t bytes);
 void cs_live_consumed(uint32_t id, uint32_t stack);
 /* The object is gone: its slot is free again. */
 void cs_live_drop(uint32_t id);
+/* n slots of a LIVE record of the caller's own (young.c), zeroed, or
+ * NULL when there is no trace: written in place as cs_live_put writes
+ * its slots, the key last. Valid while cs_trace_gen() is unchanged. */
+cs_live_slot *cs_live_block(uint32_t n);
 /* In a forked child the parent's slots are in the parent's file: ids of
  * another trace generation are void (ignored), and the lifecycle mirrors
  * its live objects again into the child's file (cs_lc_remirror). */

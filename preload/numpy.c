@@ -29,6 +29,7 @@
 #include "quarantine.h"
 #include "runtime.h"
 #include "spin.h"
+#include "young.h"
 
 #define NPY_TRACE_DOMAIN 389047u
 #define API_SET_HANDLER 304
@@ -265,6 +266,7 @@ void cs_np_check_export_device(const void *managed, int versioned)
     if (cs_dl_device_type(managed, versioned) != 1 /* kDLCPU */ || !data)
         return;
     cs_event origin;
+    cs_young_adopt(data);
     cs_lc_lock(cs_lc, data);
     int found = cs_lc_origin(cs_lc, CS_NS_NUMPY, data, &origin) &&
                 cs_lc_state(cs_lc, CS_NS_NUMPY, data) == CS_ST_CREATED;
@@ -360,6 +362,31 @@ static const np_handler *take_handler(const void **cap, uintptr_t site, int is_t
     return h;
 }
 
+/* A block's alloc and free: judged on its thread while it is young
+ * (young.c), else by the lifecycle, which first takes over whatever a
+ * thread holds of that address */
+static void emit_alloc(cs_event *ev)
+{
+    cs_thread *t = cs_emit_begin(ev, 1);
+    if (!t)
+        return;
+    if (!cs_young_alloc(t, ev))
+        cs_emit_judge(ev, NULL, NULL);
+    cs_emit_end(t, ev);
+}
+
+static void emit_free(cs_event *ev)
+{
+    cs_thread *t = cs_emit_begin(ev, CS_STACK_PYTHON);
+    if (!t)
+        return;
+    if (!cs_young_free(t, ev)) {
+        cs_young_adopt(ev->obj);
+        cs_emit_judge(ev, NULL, NULL);
+    }
+    cs_emit_end(t, ev);
+}
+
 static void learn_dealloc(void);
 static unsigned learn_tries;
 /* on the NEP 49 channel: until numpy is imported (a dict lookup a try) */
@@ -383,7 +410,7 @@ static int hook_track(unsigned int domain, uintptr_t ptr, size_t size)
             cs_event ev = {.kind = CS_EV_NP_ALLOC, .obj = ptr, .a = size, .flags = g,
                            .b = (uint64_t)(uintptr_t)cap, .c = (uint64_t)(uintptr_t)h,
                            .extra = h ? alloc_state(h) : 0};
-            cs_emit(&ev, 1, NULL, NULL);
+            emit_alloc(&ev);
         }
     }
     return cs_py.TraceMalloc_Track(domain, ptr, size);
@@ -406,7 +433,7 @@ static inline __attribute__((always_inline)) int untrack(unsigned int domain, ui
                            .extra = why};
             /* a free's native frames are numpy's own dealloc path; where
              * the array died is the Python line */
-            cs_emit(&ev, CS_STACK_PYTHON, NULL, NULL);
+            emit_free(&ev);
         }
     }
     return cs_py.TraceMalloc_Untrack(domain, ptr);
@@ -732,6 +759,7 @@ static void hook_np_free(void *p)
     if (__builtin_expect(is_free_site((uintptr_t)__builtin_return_address(0)), 0) && p &&
         cs_recording) {
         cs_event w, ev = {.kind = CS_EV_NP_FOREIGN_FREE, .obj = (uint64_t)(uintptr_t)p};
+        cs_young_adopt((uint64_t)(uintptr_t)p); /* a block a handler gave, still young */
         if (cs_npwrap_find((uintptr_t)p, &w)) /* the line that made an array around it */
             cs_emit(&w, 0, NULL, NULL);
         cs_emit(&ev, 1, NULL, NULL); /* reported before a bad free can abort */
@@ -926,6 +954,7 @@ int capsan_handler_leaks_except(PyObject_ *handler, const uint64_t *held, size_t
     const tracing *t = tracing_of(handler);
     if (!t || !cs_lc)
         return 0;
+    cs_young_flush();
     int r = cs_lc_report_live(cs_lc, CS_NS_NUMPY, (uint64_t)(uintptr_t)&t->h, held, n);
     cs_findings_flush();
     return r;
@@ -937,6 +966,7 @@ size_t capsan_handler_live(PyObject_ *handler, uint64_t *out, size_t max)
     uint64_t *keys;
     if (!t || !cs_lc)
         return 0;
+    cs_young_flush();
     size_t n = cs_lc_live_from(cs_lc, CS_NS_NUMPY, (uint64_t)(uintptr_t)&t->h, &keys);
     if (out)
         memcpy(out, keys, (n < max ? n : max) * sizeof *keys);

@@ -7,6 +7,7 @@
 #include "heldmem.h"
 #include "roots.h"
 #include "runtime.h"
+#include "young.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -284,6 +285,7 @@ static void match_held(held_list *l, const uint64_t *want, size_t n, uint8_t *fo
     uint64_t *who = hi ? calloc(n, sizeof *who) : NULL;
     size_t *by = who ? malloc(n * sizeof *by) : NULL;
     if (by && cs_lc) {
+        cs_young_flush(); /* the blocks still on their threads too */
         cs_lc_spans(cs_lc, want, n, lo, hi, who);
         for (size_t i = 0; i < n; i++)
             by[i] = i;

@@ -72,23 +72,11 @@ static int ns_of(const cs_event *ev)
 
 void (*cs_runtime_halt)(void);
 
-unsigned cs_emit(cs_event *ev, int want_stack, cs_event *origin, int *found)
+static inline __attribute__((always_inline)) cs_thread *emit_begin(cs_event *ev, int want_stack)
 {
     cs_thread *t = cs_thread_get();
-    if (found)
-        *found = 0;
-    if (!t || t->busy || !cs_recording || !cs_lc) {
-        /* not recording (or capsan's own call): still answer the lookup
-         * a trampoline needs to forward its call */
-        if (origin && cs_lc) {
-            cs_lc_lock(cs_lc, ev->obj);
-            *found = cs_lc_origin(cs_lc, ns_of(ev), ev->obj, origin);
-            if (*found && cs_lc_state(cs_lc, ns_of(ev), ev->obj) == CS_ST_RELEASED)
-                *found = 2; /* as cs_lc_judge says it */
-            cs_lc_unlock(cs_lc, ev->obj);
-        }
-        return 0;
-    }
+    if (!t || t->busy || !cs_recording || !cs_lc)
+        return NULL;
     t->busy = 1;
     /* the THREAD record first: it opens the trace file, whose prologue
      * may take every lock below */
@@ -115,8 +103,14 @@ unsigned cs_emit(cs_event *ev, int want_stack, cs_event *origin, int *found)
     if (t->importing || (want_stack && ev->kind == CS_EV_NP_ALLOC &&
                          (!t->py_walked || t->py_rest) && cs_stack_importing(t, gil)))
         ev->flags |= CS_EVF_IMPORT;
+    return t;
+}
+
+static inline __attribute__((always_inline)) unsigned emit_judge(cs_event *ev, cs_event *origin,
+                                                                 int *found)
+{
     cs_lc_lock(cs_lc, ev->obj);
-    ev->time_ns = cs_now_ns();
+    ev->time_ns = cs_now_ns(); /* in judging order, per object */
     unsigned v = cs_lc_judge(cs_lc, ev, origin, found);
     if ((v & CS_VERDICT_SKIP) && cs_opt.protect) {
         ev->flags |= CS_EVF_SKIPPED; /* the lifecycle marked its own copies */
@@ -126,13 +120,46 @@ unsigned cs_emit(cs_event *ev, int want_stack, cs_event *origin, int *found)
     if (cs_opt.record_all)
         cs_trace_write(CS_REC_EVENT, ev, sizeof *ev);
     cs_lc_unlock(cs_lc, ev->obj);
+    return v;
+}
+
+static inline __attribute__((always_inline)) void emit_end(cs_thread *t, const cs_event *ev)
+{
     maybe_counts(ev->time_ns);
     cs_findings_flush();
     t->busy = 0;
     if (cs_opt.halt_on_error && cs_findings_errors() && cs_runtime_halt)
         cs_runtime_halt();
+}
+
+unsigned cs_emit(cs_event *ev, int want_stack, cs_event *origin, int *found)
+{
+    if (found)
+        *found = 0;
+    cs_thread *t = emit_begin(ev, want_stack);
+    if (!t) {
+        /* not recording (or capsan's own call): still answer the lookup
+         * a trampoline needs to forward its call */
+        if (origin && cs_lc) {
+            cs_lc_lock(cs_lc, ev->obj);
+            *found = cs_lc_origin(cs_lc, ns_of(ev), ev->obj, origin);
+            if (*found && cs_lc_state(cs_lc, ns_of(ev), ev->obj) == CS_ST_RELEASED)
+                *found = 2; /* as cs_lc_judge says it */
+            cs_lc_unlock(cs_lc, ev->obj);
+        }
+        return 0;
+    }
+    unsigned v = emit_judge(ev, origin, found);
+    emit_end(t, ev);
     return v;
 }
+
+cs_thread *cs_emit_begin(cs_event *ev, int want_stack) { return emit_begin(ev, want_stack); }
+unsigned cs_emit_judge(cs_event *ev, cs_event *origin, int *found)
+{
+    return emit_judge(ev, origin, found);
+}
+void cs_emit_end(cs_thread *t, const cs_event *ev) { emit_end(t, ev); }
 
 uint32_t cs_stack_now(int want_stack, unsigned site)
 {

@@ -5,6 +5,7 @@
 #include "quarantine.h"
 #include "reach.h"
 #include "runtime.h"
+#include "young.h"
 
 int cs_scan_process(const uint64_t *keys, size_t n, const void *also, size_t also_n,
                     cs_root_cb cb, void *ud)
@@ -14,6 +15,7 @@ int cs_scan_process(const uint64_t *keys, size_t n, const void *also, size_t als
         return -1;
     cs_reach_own(r, also, also_n);
     cs_lc_own_memory(cs_lc, cs_reach_own, r);
+    cs_young_own_memory(cs_reach_own, r);
     cs_findings_own_memory(cs_reach_own, r);
     cs_qr_own_memory(cs_reach_own, r); /* freed blocks, their free deferred */
     cs_ar_own_memory(cs_reach_own, r);

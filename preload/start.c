@@ -34,6 +34,7 @@
 #include "tracefile.h"
 #include "unwfd.h"
 #include "xapi.h"
+#include "young.h"
 
 static atomic_int started; /* start() ran (idempotence) */
 
@@ -227,6 +228,10 @@ void cs_findings_reset_child(void);
 /* the same order as everywhere else: stripes, stack tree, trace file */
 static void fork_prepare(void)
 {
+    /* the child starts with every block in the lifecycle, which
+     * mirrors them into its own file (cs_lc_fork_child) */
+    cs_young_flush();
+    cs_young_fork_lock(1);
     if (cs_lc)
         cs_lc_lock_all(cs_lc);
     cs_stack_fork_lock(1);
@@ -243,6 +248,7 @@ static void fork_parent(void)
     cs_stack_fork_lock(0);
     if (cs_lc)
         cs_lc_unlock_all(cs_lc);
+    cs_young_fork_lock(0);
 }
 
 static void fork_child(void)
@@ -250,8 +256,10 @@ static void fork_child(void)
     cs_qr_fork_lock(0);
     cs_trace_fork_lock(0);
     cs_stack_fork_lock(0);
-    if (cs_lc) {
+    if (cs_lc)
         cs_lc_unlock_all(cs_lc);
+    cs_young_fork_lock(0);
+    if (cs_lc) {
         cs_lc_fork_child(cs_lc);
         cs_lc_set_born(cs_lc, cs_now_ns());
     }
@@ -390,6 +398,7 @@ static int start(int preload)
     cs_lc_live_put = cs_live_put; /* crash-safe live state in the trace */
     cs_lc_live_consumed = cs_live_consumed;
     cs_lc_live_drop = cs_live_drop;
+    cs_young_init(); /* NumPy blocks judged on their own thread */
     if (!cs_opt.record_all)
         cs_lc_set_sink(cs_lc, cs_runtime_sink, NULL);
     cs_runtime_halt = cs_ending_halt;

@@ -34,9 +34,13 @@ static void unlink_locked(cs_thread *t)
     t->next = t->prev = NULL;
 }
 
+void (*cs_thread_on_exit)(cs_thread *t);
+
 static void thread_exit(void *p)
 {
     cs_thread *t = p;
+    if (cs_thread_on_exit)
+        cs_thread_on_exit(t);
     /* a Python thread that the interpreter's finalization ended (a daemon
      * thread wanting the GIL back is made to exit) leaves its frames, and
      * what they hold, behind: it stays listed, as holding them. It still

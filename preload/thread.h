@@ -9,6 +9,7 @@
 #include "tracefile.h"
 
 struct cs_stack_cache;
+struct cs_young;
 
 typedef struct cs_thread {
     uint32_t num;           /* capsan's thread number, 1 = first seen */
@@ -22,6 +23,7 @@ typedef struct cs_thread {
                              * about to delete again (capsule.c), and */
     void *predicted_fn;     /* the deleter that call is forwarded to */
     struct cs_stack_cache *cache;
+    struct cs_young *young; /* its NumPy blocks judged on it (young.c) */
     int importing;          /* the last captured stack ran inside an import */
     const char *py_rest;    /* the first Python frame it did not record (NULL:
                              * none left); valid during its event only */
@@ -52,6 +54,8 @@ static inline void cs_thread_note(cs_thread *t)
         cs_thread_write(t);
 }
 void cs_thread_init(void);
+/* Called as a thread ends (its state still whole), if set (young.c) */
+extern void (*cs_thread_on_exit)(cs_thread *t);
 /* The capsan numbers of the Python threads (those that made an event with
  * the GIL), other than the caller, that have not exited or that the
  * interpreter's finalization ended (or, in a forked child, that stayed in

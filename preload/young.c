@@ -1,0 +1,350 @@
+/* NumPy blocks judged on the thread that made them (young.h).
+ *
+ * In the lifecycle's table an alloc and its free cost a stripe lock each,
+ * an entry, its history, a tombstone and a crash-safe slot put and dropped
+ * (about 800 instructions a pair). Here they cost two table writes under
+ * the thread's own lock, which no other thread takes but to adopt.
+ *
+ * Each thread has YOUNG places for live blocks and GONE for freed ones,
+ * both by address. A place holds one block: a newer block in a taken
+ * place moves the older one to the lifecycle (a long-lived block ends up
+ * there), and the latest freed block at an address replaces older ones,
+ * as the lifecycle's own entry would. Adopting a freed pair replays its
+ * alloc and free into the lifecycle, unless the lifecycle already holds a
+ * newer life of that address.
+ *
+ * Crash safety: each live place has its slot in a LIVE record of the
+ * thread's own, written in place (the key last) as livestate.c writes
+ * the lifecycle's; a killed process still shows its young blocks.
+ *
+ * Lock order: all_mu, a thread's mu, then the lifecycle's stripes. */
+#include "young.h"
+
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lifecycle.h"
+#include "livestate.h"
+#include "options.h"
+#include "runtime.h"
+#include "spin.h"
+#include "tracefile.h"
+
+#define YOUNG_BITS 7
+#define YOUNG (1u << YOUNG_BITS) /* live blocks a thread keeps */
+#define GONE_BITS 10
+#define GONE (1u << GONE_BITS) /* freed blocks a thread remembers */
+
+typedef struct cs_young {
+    cs_spin mu;
+    uint32_t gen;        /* the trace generation `slots` lie in */
+    cs_live_slot *slots; /* YOUNG crash-safe slots, place by place, or NULL */
+    /* judged here and not adopted: written under mu, read relaxed */
+    int64_t live, live_bytes, born;
+    uint64_t events;
+    struct cs_young *next, *prev;
+    cs_event blk[YOUNG];    /* each live block's alloc (obj 0: a free place) */
+    cs_event gone[GONE][2]; /* the latest freed block at each place: alloc, free */
+} young;
+
+static young *all;
+static cs_spin all_mu = CS_SPIN_INIT;
+static int enabled;
+/* what exited threads judged here and never adopted */
+static _Atomic uint64_t gone_events;
+static _Atomic int64_t gone_born;
+
+static inline unsigned place(uint64_t p, unsigned bits)
+{
+    return (unsigned)(((p >> 4) * 0x9e3779b97f4a7c15ull) >> (64 - bits));
+}
+
+static inline void add(int64_t *v, int64_t d)
+{
+    __atomic_store_n(v, *v + d, __ATOMIC_RELAXED);
+}
+
+static inline void count_events(young *y, int64_t d)
+{
+    __atomic_store_n(&y->events, y->events + (uint64_t)d, __ATOMIC_RELAXED);
+}
+
+static void fill_slot(cs_live_slot *s, const cs_event *e)
+{
+    s->bytes = e->a;
+    s->time_ns = e->time_ns;
+    s->stack = e->stack;
+    s->consume_stack = 0;
+    s->thread = e->thread;
+    s->kind = e->kind;
+    s->flags = e->flags;
+    s->aux = e->aux;
+    atomic_store_explicit((_Atomic uint64_t *)&s->obj, e->obj, memory_order_release);
+}
+
+/* y's slots in the current trace file (a forked child's is another) */
+static cs_live_slot *slots_of(young *y)
+{
+    uint32_t g = cs_trace_gen();
+    if (__builtin_expect(y->gen == g, 1))
+        return y->slots;
+    if (!cs_trace_started())
+        return NULL;
+    y->slots = cs_live_block(YOUNG);
+    y->gen = g;
+    if (y->slots)
+        for (unsigned i = 0; i < YOUNG; i++)
+            if (y->blk[i].obj)
+                fill_slot(&y->slots[i], &y->blk[i]);
+    return y->slots;
+}
+
+static inline void clear_slot(young *y, unsigned i)
+{
+    if (y->slots && y->gen == cs_trace_gen())
+        atomic_store_explicit((_Atomic uint64_t *)&y->slots[i].obj, 0, memory_order_release);
+}
+
+static unsigned judge(const cs_event *ev)
+{
+    cs_lc_lock(cs_lc, ev->obj);
+    unsigned v = cs_lc_event(cs_lc, ev);
+    cs_lc_unlock(cs_lc, ev->obj);
+    return v;
+}
+
+/* the live block at place i goes to the lifecycle (y->mu held) */
+static void adopt_live(young *y, unsigned i)
+{
+    cs_event *e = &y->blk[i];
+    judge(e);
+    clear_slot(y, i);
+    add(&y->live, -1);
+    add(&y->live_bytes, -(int64_t)e->a);
+    add(&y->born, -1);
+    count_events(y, -1);
+    e->obj = 0;
+}
+
+/* the freed pair g goes to the lifecycle, unless it holds a newer life of
+ * that address (y->mu held) */
+static void adopt_gone(young *y, cs_event *g)
+{
+    cs_event origin;
+    cs_lc_lock(cs_lc, g[0].obj);
+    int newer = cs_lc_origin(cs_lc, CS_NS_NUMPY, g[0].obj, &origin) &&
+                origin.time_ns > g[1].time_ns;
+    if (!newer) {
+        cs_lc_event(cs_lc, &g[0]);
+        cs_lc_event(cs_lc, &g[1]);
+    }
+    cs_lc_unlock(cs_lc, g[0].obj);
+    add(&y->born, -1);
+    count_events(y, -2);
+    g[0].obj = 0;
+}
+
+static young *make(cs_thread *t)
+{
+    young *y = calloc(1, sizeof *y);
+    if (!y)
+        return NULL;
+    cs_spin_lock(&all_mu);
+    y->next = all;
+    if (all)
+        all->prev = y;
+    all = y;
+    cs_spin_unlock(&all_mu);
+    t->young = y;
+    return y;
+}
+
+int cs_young_alloc(cs_thread *t, cs_event *ev)
+{
+    if (!enabled)
+        return 0;
+    young *y = t->young ? t->young : make(t);
+    if (!y)
+        return 0;
+    cs_spin_lock(&y->mu);
+    unsigned i = place(ev->obj, YOUNG_BITS);
+    cs_event *e = &y->blk[i];
+    if (e->obj == ev->obj) {
+        /* tracked again without a free (numpy's realloc in place): the
+         * old block is gone, as the lifecycle says of a missed free */
+        add(&y->live, -1);
+        add(&y->live_bytes, -(int64_t)e->a);
+    } else if (atomic_load_explicit(&cs_lc_np_live[cs_lc_np_live_at(ev->obj)],
+                                    memory_order_relaxed)) {
+        /* the table may hold a live block there (a long-lived one moved
+         * to it, reallocated in place): the table judges */
+        cs_spin_unlock(&y->mu);
+        return 0;
+    } else if (e->obj) { /* an older block in its place */
+        adopt_live(y, i);
+    }
+    ev->time_ns = cs_now_ns();
+    *e = *ev;
+    cs_live_slot *s = slots_of(y);
+    if (s)
+        fill_slot(&s[i], e);
+    add(&y->live, 1);
+    add(&y->live_bytes, (int64_t)ev->a);
+    add(&y->born, 1);
+    count_events(y, 1);
+    cs_spin_unlock(&y->mu);
+    return 1;
+}
+
+int cs_young_free(cs_thread *t, cs_event *ev)
+{
+    young *y = t->young;
+    if (!y)
+        return 0;
+    cs_spin_lock(&y->mu);
+    unsigned i = place(ev->obj, YOUNG_BITS);
+    cs_event *e = &y->blk[i];
+    if (e->obj != ev->obj || cs_np_free_stale(e, ev)) {
+        cs_spin_unlock(&y->mu);
+        return 0;
+    }
+    ev->time_ns = cs_now_ns();
+    cs_event *g = y->gone[place(ev->obj, GONE_BITS)];
+    g[0] = *e;
+    g[1] = *ev;
+    clear_slot(y, i);
+    e->obj = 0;
+    add(&y->live, -1);
+    add(&y->live_bytes, -(int64_t)g[0].a);
+    count_events(y, 1);
+    cs_spin_unlock(&y->mu);
+    return 1;
+}
+
+void cs_young_adopt(uint64_t key)
+{
+    if (!enabled || !key || !atomic_load_explicit((_Atomic(young *) *)&all, memory_order_relaxed))
+        return;
+    unsigned i = place(key, YOUNG_BITS), k = place(key, GONE_BITS);
+    young *best = NULL;
+    uint64_t best_t = 0;
+    int live = 0;
+    cs_spin_lock(&all_mu);
+    for (young *y = all; y && !live; y = y->next) {
+        cs_spin_lock(&y->mu);
+        if (y->blk[i].obj == key) { /* a live block: its latest life */
+            adopt_live(y, i);
+            live = 1;
+        } else if (y->gone[k][0].obj == key && (!best || y->gone[k][1].time_ns >= best_t)) {
+            best = y;
+            best_t = y->gone[k][1].time_ns;
+        }
+        cs_spin_unlock(&y->mu);
+    }
+    if (!live && best) {
+        cs_spin_lock(&best->mu);
+        if (best->gone[k][0].obj == key)
+            adopt_gone(best, best->gone[k]);
+        cs_spin_unlock(&best->mu);
+    }
+    cs_spin_unlock(&all_mu);
+}
+
+static void flush_locked(young *y)
+{
+    for (unsigned i = 0; i < YOUNG; i++)
+        if (y->blk[i].obj)
+            adopt_live(y, i);
+}
+
+void cs_young_flush(void)
+{
+    if (!enabled)
+        return;
+    cs_spin_lock(&all_mu);
+    for (young *y = all; y; y = y->next) {
+        cs_spin_lock(&y->mu);
+        flush_locked(y);
+        cs_spin_unlock(&y->mu);
+    }
+    cs_spin_unlock(&all_mu);
+}
+
+void cs_young_fork_lock(int lock)
+{
+    if (lock) {
+        cs_spin_lock(&all_mu);
+        for (young *y = all; y; y = y->next)
+            cs_spin_lock(&y->mu);
+    } else {
+        for (young *y = all; y; y = y->next)
+            cs_spin_unlock(&y->mu);
+        cs_spin_unlock(&all_mu);
+    }
+}
+
+void cs_young_own_memory(void (*fn)(void *ud, const void *p, size_t n), void *ud)
+{
+    cs_spin_lock(&all_mu);
+    for (young *y = all; y; y = y->next)
+        fn(ud, y, sizeof *y);
+    cs_spin_unlock(&all_mu);
+}
+
+/* A thread's end: its live blocks outlive it (in the lifecycle), and so
+ * do its freed ones (a later second free of one is still a double free) */
+static void thread_gone(cs_thread *t)
+{
+    young *y = t->young;
+    if (!y)
+        return;
+    cs_spin_lock(&all_mu);
+    cs_spin_lock(&y->mu);
+    flush_locked(y);
+    for (unsigned k = 0; k < GONE; k++)
+        if (y->gone[k][0].obj)
+            adopt_gone(y, y->gone[k]);
+    atomic_fetch_add(&gone_events, y->events);
+    atomic_fetch_add(&gone_born, y->born);
+    if (y->prev)
+        y->prev->next = y->next;
+    else
+        all = y->next;
+    if (y->next)
+        y->next->prev = y->prev;
+    cs_spin_unlock(&y->mu);
+    cs_spin_unlock(&all_mu);
+    t->young = NULL;
+    free(y);
+}
+
+/* the lifecycle's totals and event count, with what is judged here. Also
+ * from a crash handler: a lock another thread holds is not waited for */
+static void outside(cs_lc_totals *add_to, uint64_t *events)
+{
+    *events += atomic_load(&gone_events);
+    add_to->born_numpy += atomic_load(&gone_born);
+    int spins = 0;
+    while (atomic_flag_test_and_set_explicit(&all_mu.f, memory_order_acquire))
+        if (++spins > 100000)
+            return;
+    for (young *y = all; y; y = y->next) {
+        add_to->numpy += __atomic_load_n(&y->live, __ATOMIC_RELAXED);
+        add_to->numpy_bytes += __atomic_load_n(&y->live_bytes, __ATOMIC_RELAXED);
+        add_to->born_numpy += __atomic_load_n(&y->born, __ATOMIC_RELAXED);
+        *events += __atomic_load_n(&y->events, __ATOMIC_RELAXED);
+    }
+    cs_spin_unlock(&all_mu);
+}
+
+void cs_young_init(void)
+{
+    if (cs_opt.record_all)
+        return;
+    if (!(cs_lc_np_live = calloc((size_t)1 << CS_LC_NP_LIVE_BITS, sizeof *cs_lc_np_live)))
+        return;
+    cs_lc_outside = outside;
+    cs_thread_on_exit = thread_gone;
+    enabled = 1;
+}
