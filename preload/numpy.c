@@ -29,6 +29,7 @@
 #include "quarantine.h"
 #include "runtime.h"
 #include "spin.h"
+#include "stack.h"
 #include "young.h"
 
 #define NPY_TRACE_DOMAIN 389047u
@@ -63,12 +64,30 @@ typedef struct known {
     int device; /* DLPack device type it serves; 0 = plain host memory */
     int ctx_freed; /* free() was called on its ctx */
     int freed; /* free() was called on the struct itself: never read it again */
+    size_t head; /* the bytes of snap that say which handler it is: its name
+                  * up to its NUL, the NUL, then up to the allocator */
 } known;
 
 static known handlers[MAX_HANDLERS];
 static int nhandlers;
 static int any_device; /* some handler serves another device: check exports */
 static cs_spin hmu = CS_SPIN_INIT;
+/* odd while a section that may change an entry runs, bumped again after
+ * it: staleness() reads an unchanged list without the lock */
+static _Atomic unsigned handlers_gen;
+
+static void hmu_lock(void)
+{
+    cs_spin_lock(&hmu);
+    atomic_fetch_add_explicit(&handlers_gen, 1, memory_order_relaxed);
+    atomic_thread_fence(memory_order_release);
+}
+
+static void hmu_unlock(void)
+{
+    atomic_fetch_add_explicit(&handlers_gen, 1, memory_order_release);
+    cs_spin_unlock(&hmu);
+}
 /* the ctx pointers of known handlers, as bits of a 4096-bit filter: every
  * free() of the process tests one bit before taking hmu */
 static _Atomic uint64_t ctx_bits[64];
@@ -124,15 +143,23 @@ static uint32_t validate(const char *capname, const np_handler *h)
     return 0;
 }
 
+/* A handler's name as a string and its version: what a free compares
+ * (the bytes after the name's NUL say nothing) */
+static size_t head_of(const np_handler *h)
+{
+    return strnlen(h->name, sizeof h->name) + 1;
+}
+
 /* First sight of a handler: remember it as it is now. `refresh`: it is
  * being installed, so what is there now is the handler (an address may
  * be reused by a new handler after the old one was freed). */
 static void remember_as(const np_handler *h, int refresh)
 {
-    cs_spin_lock(&hmu);
+    hmu_lock();
     known *k = known_of(h);
     if (k && refresh && !k->gone) {
         memcpy(&k->snap, h, sizeof *h);
+        k->head = head_of(h);
         k->ctx_freed = k->freed = 0;
         watch_ctx(h->allocator.ctx);
     } else if (!k && nhandlers < MAX_HANDLERS) {
@@ -141,6 +168,7 @@ static void remember_as(const np_handler *h, int refresh)
         handlers[nhandlers].gone = 0;
         handlers[nhandlers].ctx_freed = 0;
         handlers[nhandlers].freed = 0;
+        handlers[nhandlers].head = head_of(h);
         watch_ctx(h->allocator.ctx);
         watch_ctx(h); /* a heap handler's own free() (see note_ctx_free) */
         /* names that say what memory they hand out */
@@ -151,18 +179,18 @@ static void remember_as(const np_handler *h, int refresh)
             any_device = 1;
         nhandlers++;
     }
-    cs_spin_unlock(&hmu);
+    hmu_unlock();
 }
 
 static void remember(const np_handler *h) { remember_as(h, 0); }
 
 static void forget(const np_handler *h)
 {
-    cs_spin_lock(&hmu);
+    hmu_lock();
     known *k = known_of(h);
     if (k)
         *k = handlers[--nhandlers];
-    cs_spin_unlock(&hmu);
+    hmu_unlock();
 }
 
 void cs_np_note_handler(const void *cap, const void *handler)
@@ -222,7 +250,7 @@ static uint32_t alloc_state(const np_handler *h)
     fp_h = h;
     fp_last = fp;
     memcpy(fp_words, &h->allocator, sizeof fp_words);
-    cs_spin_lock(&hmu);
+    hmu_lock();
     known *k = known_of(h);
     if (k && !k->gone && !k->freed &&
         memcmp(&k->snap.allocator, &h->allocator, sizeof h->allocator) != 0) {
@@ -232,28 +260,56 @@ static uint32_t alloc_state(const np_handler *h)
         }
         k->snap.allocator = h->allocator;
     }
-    cs_spin_unlock(&hmu);
+    hmu_unlock();
     return fp;
 }
 
 /* Is the handler freeing a block still whole: loaded, not freed, its
  * name and version as first seen, its ctx not freed? (Its ctx and
  * functions are judged per block: allocator_fp.) */
-static uint32_t staleness(const np_handler *h)
+static inline __attribute__((always_inline)) uint32_t staleness_locked(const np_handler *h,
+                                                                      known **kp)
 {
     uint32_t why = 0;
-    if (!h)
-        return 0;
-    cs_spin_lock(&hmu);
-    known *k = known_of(h);
+    known *k = *kp;
     if (k && k->gone)
         why = CS_STALE_UNLOADED;
     else if (k && k->freed) /* reading it would be a use-after-free */
         why = CS_STALE_CHANGED;
-    else if (k && memcmp(&k->snap, h, offsetof(np_handler, allocator)) != 0)
+    else if (k && (k->snap.version != h->version ||
+                   memcmp(k->snap.name, h->name, k->head < sizeof h->name ? k->head
+                                                                          : sizeof h->name)))
         why = CS_STALE_CHANGED;
     else if (k && k->ctx_freed)
         why = CS_STALE_CTX_FREED;
+    return why;
+}
+
+/* the handler the last free on this thread went through, its entry, and
+ * the generation of the handler list it was looked up in */
+static __thread const np_handler *st_h __attribute__((tls_model("initial-exec")));
+static __thread known *st_k __attribute__((tls_model("initial-exec")));
+static __thread unsigned st_gen __attribute__((tls_model("initial-exec")));
+
+static uint32_t staleness(const np_handler *h)
+{
+    if (!h)
+        return 0;
+    /* the same handler as this thread's last free, and no entry changed
+     * since (checked again after reading it): no lock, no lookup */
+    unsigned g = atomic_load_explicit(&handlers_gen, memory_order_acquire);
+    if (h == st_h && g == st_gen && !(g & 1)) {
+        uint32_t why = staleness_locked(h, &st_k);
+        atomic_thread_fence(memory_order_acquire);
+        if (atomic_load_explicit(&handlers_gen, memory_order_relaxed) == g)
+            return why;
+    }
+    cs_spin_lock(&hmu);
+    known *k = known_of(h);
+    uint32_t why = staleness_locked(h, &k);
+    st_h = h;
+    st_k = k;
+    st_gen = atomic_load_explicit(&handlers_gen, memory_order_relaxed);
     cs_spin_unlock(&hmu);
     return why;
 }
@@ -274,11 +330,11 @@ void cs_np_check_export_device(const void *managed, int versioned)
     if (!found || !origin.c)
         return;
     int dev = 0;
-    cs_spin_lock(&hmu);
+    hmu_lock();
     known *k = known_of((const np_handler *)(uintptr_t)origin.c);
     if (k)
         dev = k->device;
-    cs_spin_unlock(&hmu);
+    hmu_unlock();
     if (!dev || dev == 1)
         return;
     /* the finding shows the export (the struct's history) and where the
@@ -294,14 +350,14 @@ int capsan_handler_set_device(PyObject_ *handler, int device_type)
     if (!h)
         return -1;
     remember(h);
-    cs_spin_lock(&hmu);
+    hmu_lock();
     known *k = known_of(h);
     if (k) {
         k->device = device_type;
         if (device_type && device_type != 1)
             any_device = 1;
     }
-    cs_spin_unlock(&hmu);
+    hmu_unlock();
     return k ? 0 : -1;
 }
 
@@ -309,13 +365,13 @@ void cs_np_after_dlclose(void)
 {
     /* a handler whose free function was unloaded must not be read again:
      * its struct may have gone with the object */
-    cs_spin_lock(&hmu);
+    hmu_lock();
     for (int i = 0; i < nhandlers; i++) {
         Dl_info di;
         if (!handlers[i].gone && !dladdr((void *)(uintptr_t)handlers[i].snap.allocator.free, &di))
             handlers[i].gone = 1;
     }
-    cs_spin_unlock(&hmu);
+    hmu_unlock();
     /* numpy itself unloaded (never in practice): learn it again if it
      * comes back */
     Dl_info di;
@@ -410,6 +466,7 @@ static int hook_track(unsigned int domain, uintptr_t ptr, size_t size)
             cs_event ev = {.kind = CS_EV_NP_ALLOC, .obj = ptr, .a = size, .flags = g,
                            .b = (uint64_t)(uintptr_t)cap, .c = (uint64_t)(uintptr_t)h,
                            .extra = h ? alloc_state(h) : 0};
+            CS_STACK_HINT();
             emit_alloc(&ev);
         }
     }
@@ -719,14 +776,14 @@ static inline int is_free_site(uintptr_t site)
  * saw staleness() compare the freed bytes) */
 static void note_ctx_free(uintptr_t p)
 {
-    cs_spin_lock(&hmu);
+    hmu_lock();
     for (int i = 0; i < nhandlers; i++) {
         if ((uintptr_t)handlers[i].snap.allocator.ctx == p && !handlers[i].gone)
             handlers[i].ctx_freed = 1;
         if ((uintptr_t)handlers[i].h == p)
             handlers[i].freed = 1;
     }
-    cs_spin_unlock(&hmu);
+    hmu_unlock();
 }
 
 /* Every free() of every patched object: the checks that concern any

@@ -491,14 +491,19 @@ static int frame_lasti(const cs_pylayout *l, const char *f, const char *co)
 /* This thread's innermost frame that runs code, or NULL. gil == 0: the
  * thread released the GIL inside C code; its own frame chain cannot
  * change meanwhile. */
-static const char *top_frame(const cs_pylayout *l, int gil)
+static const char *raw_top(const cs_pylayout *l, int gil)
 {
     const char *ts = gil ? cs_py.ThreadState_UncheckedGet()
                          : (cs_py.GILState_GetThisThreadState
                                 ? cs_py.GILState_GetThisThreadState() : NULL);
     if (ts && l->ts_cframe >= 0)
         ts = AT(ts, l->ts_cframe, const char *); /* the _PyCFrame */
-    return ts ? code_frame(l, AT(ts, l->cur, const char *)) : NULL;
+    return ts ? AT(ts, l->cur, const char *) : NULL;
+}
+
+static const char *top_frame(const cs_pylayout *l, int gil)
+{
+    return code_frame(l, raw_top(l, gil));
 }
 
 /* Does an import machinery frame lie at f or below it? Only the file name
@@ -860,6 +865,8 @@ static void thread_stack(cs_stack_cache *c)
 /* The stack slot holding the first return address outside capsan: capsan
  * is built with frame pointers, so its own frames chain through rbp up to
  * the hook that foreign code called. */
+__thread const uintptr_t *cs_stack_hint __attribute__((tls_model("initial-exec")));
+
 static inline uintptr_t *foreign_slot(uintptr_t *fp, uintptr_t lo, uintptr_t hi, int *levels)
 {
     for (int i = 0; i < 16; i++) {
@@ -1081,10 +1088,19 @@ uint32_t cs_stack_capture(cs_thread *t, int gil, int python_only, unsigned site)
      * (hooks reach emit through one to five calls): what an unwind must
      * walk on top of native_depth */
     int levels = -1;
-    const uintptr_t *first = nd > 0 && t->cache->stack_hi
-                                 ? foreign_slot(__builtin_frame_address(0), t->cache->stack_lo,
-                                                t->cache->stack_hi, &levels)
-                                 : NULL;
+    const uintptr_t *hint = cs_stack_hint, *first = NULL;
+    cs_stack_hint = NULL;
+    if (nd > 0 && t->cache->stack_hi) {
+        /* a hook's own slot: above this frame, in this stack, holding a
+         * return address outside capsan */
+        if (hint && (uintptr_t)hint > (uintptr_t)__builtin_frame_address(0) &&
+            (uintptr_t)hint + sizeof *hint <= t->cache->stack_hi &&
+            (*hint < self_lo || *hint >= self_hi))
+            first = hint;
+        else
+            first = foreign_slot(__builtin_frame_address(0), t->cache->stack_lo,
+                                 t->cache->stack_hi, &levels);
+    }
     if (first && (gil ? eval_hi != 0 : 1) && unw_cur_step && cs_opt.fast_unwind)
         slot0 = first;
     rentry *hit = NULL;
@@ -1106,6 +1122,9 @@ uint32_t cs_stack_capture(cs_thread *t, int gil, int python_only, unsigned site)
         nhit = hit->nf < (uint32_t)nd - 1 ? hit->nf : (uint32_t)nd - 1;
         n += (int)nhit;
     } else if (nd > 0 && unw_bt) {
+        if (first && levels < 0) /* the hint's: how many of capsan's frames lie above it */
+            first = foreign_slot(__builtin_frame_address(0), t->cache->stack_lo,
+                                 t->cache->stack_hi, &levels);
         n = walk_native(t, slot0, first, levels, gil, nd, site, vals, n);
     }
     int importing = 0, nnat = n, npy = 0;
@@ -1117,27 +1136,36 @@ uint32_t cs_stack_capture(cs_thread *t, int gil, int python_only, unsigned site)
     memo_frames *pfr = NULL;
     if (pd > 0 && cs_py.layout && (gil || cs_py_live())) {
         const cs_pylayout *l = cs_py.layout;
-        const char *top = top_frame(l, gil);
-        if (hit) {
-            for (int k = 0; k < RMEMOS; k++)
-                if (hit->memo[k].raw &&
-                    raw_same(&hit->memo[k], frames_of(t->cache, hit, k, 0), top, pd, &t->py_rest)) {
-                    /* a stack this chain gave before: no lookups (a loop
-                     * alternating two finds each in its place: no MRU) */
+        /* the innermost frame as the thread state holds it: a memo's top
+         * frame holds a code object and an instruction no shim and no frame
+         * not yet started can hold, so the memos are tried on it before
+         * the frames that run no code are skipped */
+        const char *inner = raw_top(l, gil), *top = inner;
+        for (int pass = 0; pass < 2; pass++) {
+            if (hit) {
+                for (int k = 0; k < RMEMOS; k++)
+                    if (hit->memo[k].raw && raw_same(&hit->memo[k], frames_of(t->cache, hit, k, 0),
+                                                     top, pd, &t->py_rest)) {
+                        /* a stack this chain gave before: no lookups (a loop
+                         * alternating two finds each in its place: no MRU) */
+                        t->py_walked = 1;
+                        hit->memo_victim = (uint8_t)(k ^ 1);
+                        return memo_use(t, &hit->memo[k], gen);
+                    }
+            } else if (!nnat && top) {
+                uint64_t h =
+                    (uint64_t)(uintptr_t)AT(top, l->f_code, const void *) ^ frame_instr(l, top);
+                unsigned k = (unsigned)((h >> 1 ^ h >> 7 ^ h >> 17) % PYMEMO);
+                pm = &t->cache->pymemo[k];
+                if (!(pfr = frames_at(&t->cache->pyfr[k], 1)))
+                    pm = NULL;
+                else if (pm->raw && raw_same(pm, pfr, top, pd, &t->py_rest)) {
                     t->py_walked = 1;
-                    hit->memo_victim = (uint8_t)(k ^ 1);
-                    return memo_use(t, &hit->memo[k], gen);
+                    return memo_use(t, pm, gen);
                 }
-        } else if (!nnat && top) {
-            uint64_t h = (uint64_t)(uintptr_t)AT(top, l->f_code, const void *) ^ frame_instr(l, top);
-            unsigned k = (unsigned)((h >> 1 ^ h >> 7 ^ h >> 17) % PYMEMO);
-            pm = &t->cache->pymemo[k];
-            if (!(pfr = frames_at(&t->cache->pyfr[k], 1)))
-                pm = NULL;
-            else if (pm->raw && raw_same(pm, pfr, top, pd, &t->py_rest)) {
-                t->py_walked = 1;
-                return memo_use(t, pm, gen);
             }
+            if (pass || (top = code_frame(l, inner)) == inner)
+                break; /* the memos were tried on the frame that runs code */
         }
         n += npy = python_frames(t->cache, top, vals + n, pd, gil, &importing, &t->py_rest,
                                  hit || pm ? &raw : NULL);

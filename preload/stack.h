@@ -19,6 +19,11 @@ void cs_stack_start(void);
  * (< 32, the event kind) keys how deep the eval loop was last time on
  * this thread, so unwinding can stop about there. */
 uint32_t cs_stack_capture(cs_thread *t, int gil, int python_only, unsigned site);
+/* A hook about to emit may name the stack slot that holds its own return
+ * address (CS_STACK_HINT() in the hook): the next capture on this thread
+ * starts there instead of walking capsan's frames to it. Used once. */
+extern __thread const uintptr_t *cs_stack_hint __attribute__((tls_model("initial-exec")));
+#define CS_STACK_HINT() (cs_stack_hint = (const uintptr_t *)__builtin_frame_address(0) + 1)
 /* Is this thread running an import: an importlib frame below the Python
  * frames its last capture recorded (all of them if it recorded none)?
  * What it allocates then is module data, also when the import lies

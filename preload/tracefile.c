@@ -34,14 +34,11 @@ _Atomic uint32_t cs_trace_generation = 1;
 /* ---- the clock: events are stamped with CLOCK_MONOTONIC nanoseconds,
  * read through the TSC when it is invariant (11 ns instead of 26 here), and
  * re-anchored to the kernel's clock every doubling interval up to ~1 s ---- */
-typedef struct clk {
-    uint64_t tsc0, ns0;
-    uint64_t mult; /* ns per tick, 32.32 fixed point */
-    uint64_t next; /* tick at which to re-anchor */
-} clk;
+typedef cs_clk clk;
 
 static clk clocks[64];
-static _Atomic(const clk *) cur_clk;
+_Atomic(const cs_clk *) cs_cur_clk;
+#define cur_clk cs_cur_clk
 static _Atomic unsigned nclk;
 static uint64_t anchor_tsc, anchor_ns;
 static int tsc_usable = -1;
@@ -99,7 +96,7 @@ static void reanchor(uint64_t t)
     cs_spin_unlock(&mu);
 }
 
-uint64_t cs_now_ns(void)
+uint64_t cs_now_ns_slow(void)
 {
     if (tsc_usable <= 0)
         return mono_ns();

@@ -9,6 +9,7 @@
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <x86intrin.h>
 #include "tracefmt.h"
 
 /* Called once the file is created (and again in a forked child's new file)
@@ -44,8 +45,26 @@ void cs_trace_fork_lock(int lock);
 /* Flush to disk (msync) and stop writing. */
 void cs_trace_close(void);
 
-/* CLOCK_MONOTONIC in ns, cheaply (TSC-based when invariant). */
-uint64_t cs_now_ns(void);
+/* CLOCK_MONOTONIC in ns, cheaply (TSC-based when invariant): inline
+ * while the current calibration holds, else through the kernel's clock
+ * and a re-anchoring. */
+typedef struct cs_clk {
+    uint64_t tsc0, ns0;
+    uint64_t mult; /* ns per tick, 32.32 fixed point */
+    uint64_t next; /* tick at which to re-anchor */
+} cs_clk;
+extern _Atomic(const cs_clk *) cs_cur_clk; /* NULL: no invariant TSC, or not yet */
+uint64_t cs_now_ns_slow(void);
+static inline uint64_t cs_now_ns(void)
+{
+    const cs_clk *c = atomic_load_explicit(&cs_cur_clk, memory_order_acquire);
+    if (__builtin_expect(c != NULL, 1)) {
+        uint64_t t = __rdtsc();
+        if (__builtin_expect(t < c->next, 1))
+            return c->ns0 + (uint64_t)(((unsigned __int128)(t - c->tsc0) * c->mult) >> 32);
+    }
+    return cs_now_ns_slow();
+}
 void cs_clock_init(void);
 
 #endif
