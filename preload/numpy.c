@@ -418,31 +418,6 @@ static const np_handler *take_handler(const void **cap, uintptr_t site, int is_t
     return h;
 }
 
-/* A block's alloc and free: judged on its thread while it is young
- * (young.c), else by the lifecycle, which first takes over whatever a
- * thread holds of that address */
-static void emit_alloc(cs_event *ev)
-{
-    cs_thread *t = cs_emit_begin(ev, 1);
-    if (!t)
-        return;
-    if (!cs_young_alloc(t, ev))
-        cs_emit_judge(ev, NULL, NULL);
-    cs_emit_end(t, ev);
-}
-
-static void emit_free(cs_event *ev)
-{
-    cs_thread *t = cs_emit_begin(ev, CS_STACK_PYTHON);
-    if (!t)
-        return;
-    if (!cs_young_free(t, ev)) {
-        cs_young_adopt(ev->obj);
-        cs_emit_judge(ev, NULL, NULL);
-    }
-    cs_emit_end(t, ev);
-}
-
 static void learn_dealloc(void);
 static unsigned learn_tries;
 /* on the NEP 49 channel: until numpy is imported (a dict lookup a try) */
@@ -467,7 +442,7 @@ static int hook_track(unsigned int domain, uintptr_t ptr, size_t size)
                            .b = (uint64_t)(uintptr_t)cap, .c = (uint64_t)(uintptr_t)h,
                            .extra = h ? alloc_state(h) : 0};
             CS_STACK_HINT();
-            emit_alloc(&ev);
+            cs_emit_np(&ev);
         }
     }
     return cs_py.TraceMalloc_Track(domain, ptr, size);
@@ -488,9 +463,7 @@ static inline __attribute__((always_inline)) int untrack(unsigned int domain, ui
             cs_event ev = {.kind = CS_EV_NP_FREE, .obj = ptr, .flags = g, .a = fp,
                            .b = (uint64_t)(uintptr_t)cap, .c = (uint64_t)(uintptr_t)h,
                            .extra = why};
-            /* a free's native frames are numpy's own dealloc path; where
-             * the array died is the Python line */
-            emit_free(&ev);
+            cs_emit_np(&ev);
         }
     }
     return cs_py.TraceMalloc_Untrack(domain, ptr);

@@ -17,6 +17,7 @@
 #include "spin.h"
 #include "stack.h"
 #include "tracefile.h"
+#include "young.h"
 
 cs_lifecycle *cs_lc;
 volatile int cs_recording;
@@ -75,8 +76,10 @@ void (*cs_runtime_halt)(void);
 static inline __attribute__((always_inline)) cs_thread *emit_begin(cs_event *ev, int want_stack)
 {
     cs_thread *t = cs_thread_get();
-    if (!t || t->busy || !cs_recording || !cs_lc)
+    if (!t || t->busy || !cs_recording || !cs_lc) {
+        cs_stack_hint = NULL; /* a hook's slot is for this event's capture only */
         return NULL;
+    }
     t->busy = 1;
     /* the THREAD record first: it opens the trace file, whose prologue
      * may take every lock below */
@@ -97,6 +100,7 @@ static inline __attribute__((always_inline)) cs_thread *emit_begin(cs_event *ev,
         ev->stack = cs_stack_capture(t, gil, want_stack == CS_STACK_PYTHON, ev->kind);
     else if (ev->stack)
         cs_stack_ensure(ev->stack);
+    cs_stack_hint = NULL;
     /* a NumPy block made by an import is module data; the frames the stack
      * did not record (all of them with Python stacks off) may show one.
      * The flag matters for NumPy blocks only: no other event walks them */
@@ -154,12 +158,21 @@ unsigned cs_emit(cs_event *ev, int want_stack, cs_event *origin, int *found)
     return v;
 }
 
-cs_thread *cs_emit_begin(cs_event *ev, int want_stack) { return emit_begin(ev, want_stack); }
-unsigned cs_emit_judge(cs_event *ev, cs_event *origin, int *found)
+void cs_emit_np(cs_event *ev)
 {
-    return emit_judge(ev, origin, found);
+    int alloc = ev->kind == CS_EV_NP_ALLOC;
+    /* a free's native frames are numpy's own dealloc path; where the
+     * array died is the Python line */
+    cs_thread *t = emit_begin(ev, alloc ? 1 : CS_STACK_PYTHON);
+    if (!t)
+        return;
+    if (alloc ? !cs_young_alloc(t, ev) : !cs_young_free(t, ev)) {
+        if (!alloc) /* whatever a thread holds of it moves to the lifecycle first */
+            cs_young_adopt(ev->obj);
+        emit_judge(ev, NULL, NULL);
+    }
+    emit_end(t, ev);
 }
-void cs_emit_end(cs_thread *t, const cs_event *ev) { emit_end(t, ev); }
 
 uint32_t cs_stack_now(int want_stack, unsigned site)
 {

@@ -25,14 +25,9 @@ extern volatile int cs_recording;
  * lifecycle verdict with CS_VERDICT_SKIP only when protect=1. ev->stack
  * is filled in. */
 unsigned cs_emit(cs_event *ev, int want_stack, cs_event *export_out, int *found);
-/* cs_emit in its three steps, for a hook that may judge an event itself
- * (young.c): begin fills in the thread, GIL flags and stack and
- * returns the thread (NULL: not recorded, or capsan's own call); judge is
- * the time and the lifecycle's verdict under the object's lock; end closes the event
- * (COUNTS, findings printed, halt_on_error). */
-struct cs_thread *cs_emit_begin(cs_event *ev, int want_stack);
-unsigned cs_emit_judge(cs_event *ev, cs_event *origin, int *found);
-void cs_emit_end(struct cs_thread *t, const cs_event *ev);
+/* A NumPy block's NP_ALLOC or NP_FREE: judged on its thread while the
+ * block is young (young.c), else by the lifecycle as cs_emit does. */
+void cs_emit_np(cs_event *ev);
 /* want_stack: 0 none (reuse ev->stack), 1 native and Python, or: */
 #define CS_STACK_PYTHON 2 /* Python frames only while the GIL is held */
 /* This thread's stack now, for an event emitted later (its id goes in

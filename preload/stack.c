@@ -491,7 +491,7 @@ static int frame_lasti(const cs_pylayout *l, const char *f, const char *co)
 /* This thread's innermost frame that runs code, or NULL. gil == 0: the
  * thread released the GIL inside C code; its own frame chain cannot
  * change meanwhile. */
-static const char *raw_top(const cs_pylayout *l, int gil)
+static inline __attribute__((always_inline)) const char *raw_top(const cs_pylayout *l, int gil)
 {
     const char *ts = gil ? cs_py.ThreadState_UncheckedGet()
                          : (cs_py.GILState_GetThisThreadState
@@ -1069,8 +1069,32 @@ static cs_stack_cache *cache_of(cs_thread *t)
     return t->cache;
 }
 
+/* A Python-only stack (a NumPy free, with the GIL) that repeats one of
+ * this thread's memos by its innermost frame: the common case, without
+ * the general path's setup. NULL: take that path. */
+static inline __attribute__((always_inline)) memo *python_memo(cs_thread *t, int gil)
+{
+    const cs_pylayout *l = cs_py.layout;
+    cs_stack_cache *c = t->cache;
+    const char *top;
+    if (!gil || !c || !l || !(top = raw_top(l, gil)))
+        return NULL;
+    uint64_t h = (uint64_t)(uintptr_t)AT(top, l->f_code, const void *) ^ frame_instr(l, top);
+    unsigned k = (unsigned)((h >> 1 ^ h >> 7 ^ h >> 17) % PYMEMO);
+    memo *pm = &c->pymemo[k];
+    const memo_frames *pfr = c->pyfr[k];
+    return pm->raw && pfr && raw_same(pm, pfr, top, (int)cs_opt.python_depth, &t->py_rest) ? pm
+                                                                                         : NULL;
+}
+
 uint32_t cs_stack_capture(cs_thread *t, int gil, int python_only, unsigned site)
 {
+    memo *fast;
+    if (python_only && cs_opt.python_depth > 0 && cs_opt.python_depth <= 128 &&
+        (fast = python_memo(t, gil))) {
+        t->py_walked = 1;
+        return memo_use(t, fast, cs_trace_gen());
+    }
     int nd = gil && python_only && cs_opt.python_depth > 0 ? 0 : (int)cs_opt.native_depth;
     int pd = (int)cs_opt.python_depth;
     if (nd > 128)

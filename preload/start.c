@@ -398,7 +398,7 @@ static int start(int preload)
     cs_lc_live_put = cs_live_put; /* crash-safe live state in the trace */
     cs_lc_live_consumed = cs_live_consumed;
     cs_lc_live_drop = cs_live_drop;
-    cs_young_init(); /* NumPy blocks judged on their own thread */
+    cs_young_init(cs_lc); /* NumPy blocks judged on their own thread */
     if (!cs_opt.record_all)
         cs_lc_set_sink(cs_lc, cs_runtime_sink, NULL);
     cs_runtime_halt = cs_ending_halt;

@@ -27,7 +27,6 @@
 #include "lifecycle.h"
 #include "livestate.h"
 #include "options.h"
-#include "runtime.h"
 #include "spin.h"
 #include "tracefile.h"
 
@@ -49,6 +48,7 @@ typedef struct cs_young {
 } young;
 
 static young *all;
+static cs_lifecycle *lc; /* the lifecycle the blocks move to */
 static cs_spin all_mu = CS_SPIN_INIT;
 static int enabled;
 /* what exited threads judged here and never adopted */
@@ -108,9 +108,9 @@ static inline void clear_slot(young *y, unsigned i)
 
 static unsigned judge(const cs_event *ev)
 {
-    cs_lc_lock(cs_lc, ev->obj);
-    unsigned v = cs_lc_event(cs_lc, ev);
-    cs_lc_unlock(cs_lc, ev->obj);
+    cs_lc_lock(lc, ev->obj);
+    unsigned v = cs_lc_event(lc, ev);
+    cs_lc_unlock(lc, ev->obj);
     return v;
 }
 
@@ -132,14 +132,14 @@ static void adopt_live(young *y, unsigned i)
 static void adopt_gone(young *y, cs_event *g)
 {
     cs_event origin;
-    cs_lc_lock(cs_lc, g[0].obj);
-    int newer = cs_lc_origin(cs_lc, CS_NS_NUMPY, g[0].obj, &origin) &&
+    cs_lc_lock(lc, g[0].obj);
+    int newer = cs_lc_origin(lc, CS_NS_NUMPY, g[0].obj, &origin) &&
                 origin.time_ns > g[1].time_ns;
     if (!newer) {
-        cs_lc_event(cs_lc, &g[0]);
-        cs_lc_event(cs_lc, &g[1]);
+        cs_lc_event(lc, &g[0]);
+        cs_lc_event(lc, &g[1]);
     }
-    cs_lc_unlock(cs_lc, g[0].obj);
+    cs_lc_unlock(lc, g[0].obj);
     add(&y->born, -1);
     count_events(y, -2);
     g[0].obj = 0;
@@ -338,10 +338,11 @@ static void outside(cs_lc_totals *add_to, uint64_t *events)
     cs_spin_unlock(&all_mu);
 }
 
-void cs_young_init(void)
+void cs_young_init(cs_lifecycle *to)
 {
-    if (cs_opt.record_all)
+    if (cs_opt.record_all || !to)
         return;
+    lc = to;
     if (!(cs_lc_np_live = calloc((size_t)1 << CS_LC_NP_LIVE_BITS, sizeof *cs_lc_np_live)))
         return;
     cs_lc_outside = outside;

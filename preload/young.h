@@ -12,12 +12,13 @@
 #define CAPSAN_YOUNG_H
 #include <stdint.h>
 
+#include "lifecycle.h"
 #include "thread.h"
 #include "tracefmt.h"
 
 /* Start judging blocks here (not with record_all: every event goes to the
  * trace as judged). */
-void cs_young_init(void);
+void cs_young_init(cs_lifecycle *lc);
 /* An NP_ALLOC with a handler, its stack captured (cs_emit_begin): kept
  * on its thread, stamped with its time; 0 if it must go to the lifecycle. */
 int cs_young_alloc(cs_thread *t, cs_event *ev);
