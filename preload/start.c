@@ -331,14 +331,21 @@ static void on_crash(int sig, siginfo_t *si, void *ucv)
             cs_trace_write(CS_REC_END, &e, sizeof e);
             cs_trace_close();
         }
-        char at[40] = "";
+        /* formatted on the stack and written: dprintf allocates its buffer,
+         * and malloc may be what crashed (glibc aborts a double free holding
+         * the arena's lock) */
+        char at[40] = "", msg[768];
         if (si->si_code > 0)
             snprintf(at, sizeof at, " (address 0x%llx)", (unsigned long long)addr);
-        dprintf(2, "==%d==capsan: %s at pc 0x%llx%s%s\n", (int)getpid(), strsignal(sig),
-                (unsigned long long)pc, at,
-                pc == 0 ? ": a call through a NULL function pointer (a NULL deleter?)" : "");
-        dprintf(2, "==%d==capsan: %u finding(s) reported before the crash; trace: %s\n",
-                (int)getpid(), cs_findings_total(), cs_trace_path());
+        int n = snprintf(msg, sizeof msg,
+                         "==%d==capsan: %s at pc 0x%llx%s%s\n"
+                         "==%d==capsan: %u finding(s) reported before the crash; trace: %s\n",
+                         (int)getpid(), sigdescr_np(sig) ? sigdescr_np(sig) : "signal",
+                         (unsigned long long)pc, at,
+                         pc == 0 ? ": a call through a NULL function pointer (a NULL deleter?)" : "",
+                         (int)getpid(), cs_findings_total(), cs_trace_path());
+        if (n > 0 && write(2, msg, (size_t)n < sizeof msg ? (size_t)n : sizeof msg - 1) < 0)
+            n = 0; /* nothing more to tell it with */
     }
     sigaction(sig, &old_act[sig], NULL);
     if (si->si_code <= 0) /* sent, not a fault: it will not happen again */
