@@ -334,7 +334,7 @@ typedef struct centry {
 #define LEARN_MAX (4 * LEARN_COST)
 #define RMAXF 24
 #define RMEMOS 2 /* memo_victim ^ 1 is the other */
-#define PYMEMO 32
+#define PYMEMO 256 /* by a hash: two hot frees that share a place thrash it */
 #define WALK_MAX (128 + 16) /* frames an unwind may fill: native_depth's 128 and capsan's */
 typedef struct memo {
     uint32_t id, gen; /* gen: the trace its frames were written to */

@@ -68,14 +68,21 @@ def test_a_worker_array_kept_in_c_is_one_leak(tmp_path, py):
 
 def test_double_free_across_threads(tmp_path, py):
     """freed on a worker (PyDataMem_FREE, OWNDATA kept), freed again by numpy
-    on the main thread: glibc aborts, and capsan said it first, naming both
-    frees and the alloc"""
+    on the main thread: capsan says so before the second free runs, naming
+    both frees and the alloc. Whether glibc then aborts depends on where the
+    worker's arena put the block (it does on Debian's numpy, not always on
+    numpy 2's); when it does, capsan spoke first and its crash report is
+    written (its handler allocates nothing: glibc holds the arena's lock)"""
     res = run_capsan(SCRIPT, tmp_path, args=["double"], interpreter=py, env=np_env(py))
-    assert is_signal(res.returncode, signal.SIGABRT), res.describe()
-    assert "survived" not in res.stdout
     err = res.stderr
-    assert "numpy-double-free" in err and "double free" in err, res.describe()
-    assert err.index("numpy-double-free") < err.index("double free "), err
+    assert "numpy-double-free" in err, res.describe()
+    if is_signal(res.returncode, signal.SIGABRT):
+        assert "survived" not in res.stdout
+        assert err.index("numpy-double-free") < err.index("double free "), err
+        assert "Aborted at pc" in err, err
+    else:
+        assert res.returncode == DEFAULT_EXITCODE and "survived double" in res.stdout, \
+            res.describe()
     fs = findings(res.report)
     assert_at(fs, "numpy-double-free", SCRIPT, "free-again", event="free")
     assert_at(fs, "numpy-double-free", SCRIPT, "free-first", event="free")
