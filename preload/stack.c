@@ -515,14 +515,14 @@ static int import_below(const cs_pylayout *l, const char *f, imemo *m)
 {
     int i = 0;
     if (m && m->n) {
+        const int o_code = l->f_code, o_back = l->f_back, o_file = l->co_filename, n = m->n;
         const char *g = f;
-        for (; g && i < m->n; i++, g = AT(g, l->f_back, const char *)) {
-            const char *co = AT(g, l->f_code, const char *);
-            if (g != m->f[i] || co != m->co[i] ||
-                (co && AT(co, l->co_filename, const void *) != m->fn[i]))
+        for (; g && i < n; i++, g = AT(g, o_back, const char *)) {
+            const char *co = AT(g, o_code, const char *);
+            if (g != m->f[i] || co != m->co[i] || (co && AT(co, o_file, const void *) != m->fn[i]))
                 break;
         }
-        if (i == m->n && !g)
+        if (i == n && !g)
             return m->verdict;
     }
     int verdict = 0;
@@ -662,18 +662,26 @@ static inline __attribute__((always_inline)) int raw_same(const memo *m, const m
                                                          const char *f, int max, const char **rest)
 {
     const cs_pylayout *l = cs_py.layout;
-    for (int i = 0; i < m->npy; i++) {
-        if (!f || AT(f, l->f_code, const void *) != fr->co[i] || frame_instr(l, f) != fr->ip[i] ||
-            is_entry(l, f) != (int)(m->entry >> i & 1))
+    /* the layout's offsets once, not per frame (a deep stack has 32) */
+    const int o_code = l->f_code, o_back = l->f_back, o_instr = l->f_instr, o_entry = l->f_entry;
+    const int by_index = l->model == CS_PYF_OBJECT, npy = m->npy;
+    const uint32_t entry = m->entry;
+    for (int i = 0; i < npy; i++) {
+        if (!f || AT(f, o_code, const void *) != fr->co[i])
+            return 0;
+        uint64_t ip = by_index ? (uint64_t)(uint32_t)AT(f, o_instr, int)
+                               : (uint64_t)(uintptr_t)AT(f, o_instr, const char *);
+        int ent = o_entry >= 0 ? AT(f, o_entry, char) != 0 : is_entry(l, f);
+        if (ip != fr->ip[i] || ent != (int)(entry >> i & 1))
             return 0;
         /* the next frame that runs code: the very next one when it holds
          * the memo's next code object (a shim or a frame not yet started
          * would fail the instruction compare), else as a walk finds it */
-        const char *g = AT(f, l->f_back, const char *);
-        f = g && i + 1 < m->npy && AT(g, l->f_code, const void *) == fr->co[i + 1] ? g
-                                                                                  : code_frame(l, g);
+        const char *g = AT(f, o_back, const char *);
+        f = g && i + 1 < npy && AT(g, o_code, const void *) == fr->co[i + 1] ? g
+                                                                            : code_frame(l, g);
     }
-    if (f && m->npy < max)
+    if (f && npy < max)
         return 0; /* deeper than the memo's stack */
     *rest = f;
     return 1;
