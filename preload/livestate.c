@@ -101,17 +101,7 @@ uint32_t cs_live_put(unsigned p, const cs_event *origin, uint64_t bytes)
     uint32_t idx = pl->free_head - 1;
     cs_live_slot *s = &pl->recs[idx / SLOTS_PER_REC][idx % SLOTS_PER_REC];
     pl->free_head = (uint32_t)s->bytes;
-    s->bytes = bytes;
-    s->time_ns = origin->time_ns;
-    s->stack = origin->stack;
-    s->consume_stack = 0;
-    s->thread = origin->thread;
-    s->kind = origin->kind;
-    s->flags = origin->flags;
-    s->aux = origin->aux;
-    /* the key last: a slot the reader sees filled is whole (a SIGKILL can
-     * come between any two stores) */
-    atomic_store_explicit((_Atomic uint64_t *)&s->obj, origin->obj, memory_order_release);
+    cs_live_fill(s, origin, bytes);
     return make_id(p, idx);
 }
 

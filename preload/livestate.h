@@ -6,6 +6,7 @@
 #ifndef CAPSAN_LIVESTATE_H
 #define CAPSAN_LIVESTATE_H
 
+#include <stdatomic.h>
 #include <stdint.h>
 #include "tracefmt.h"
 
@@ -20,6 +21,20 @@ uint32_t cs_live_put(unsigned pool, const cs_event *origin, uint64_t bytes);
 void cs_live_consumed(uint32_t id, uint32_t stack);
 /* The object is gone: its slot is free again. */
 void cs_live_drop(uint32_t id);
+/* Fill slot s for an object made by `origin`: the key last, so a slot the
+ * reader sees filled is whole (a SIGKILL can come between any two stores). */
+static inline void cs_live_fill(cs_live_slot *s, const cs_event *origin, uint64_t bytes)
+{
+    s->bytes = bytes;
+    s->time_ns = origin->time_ns;
+    s->stack = origin->stack;
+    s->consume_stack = 0;
+    s->thread = origin->thread;
+    s->kind = origin->kind;
+    s->flags = origin->flags;
+    s->aux = origin->aux;
+    atomic_store_explicit((_Atomic uint64_t *)&s->obj, origin->obj, memory_order_release);
+}
 /* n slots of a LIVE record of the caller's own (young.c), zeroed, or
  * NULL when there is no trace: written in place as cs_live_put writes
  * its slots, the key last. Valid while cs_trace_gen() is unchanged. */

@@ -70,19 +70,6 @@ static inline void count_events(young *y, int64_t d)
     __atomic_store_n(&y->events, y->events + (uint64_t)d, __ATOMIC_RELAXED);
 }
 
-static void fill_slot(cs_live_slot *s, const cs_event *e)
-{
-    s->bytes = e->a;
-    s->time_ns = e->time_ns;
-    s->stack = e->stack;
-    s->consume_stack = 0;
-    s->thread = e->thread;
-    s->kind = e->kind;
-    s->flags = e->flags;
-    s->aux = e->aux;
-    atomic_store_explicit((_Atomic uint64_t *)&s->obj, e->obj, memory_order_release);
-}
-
 /* y's slots in the current trace file (a forked child's is another) */
 static cs_live_slot *slots_of(young *y)
 {
@@ -96,7 +83,7 @@ static cs_live_slot *slots_of(young *y)
     if (y->slots)
         for (unsigned i = 0; i < YOUNG; i++)
             if (y->blk[i].obj)
-                fill_slot(&y->slots[i], &y->blk[i]);
+                cs_live_fill(&y->slots[i], &y->blk[i], y->blk[i].a);
     return y->slots;
 }
 
@@ -188,7 +175,7 @@ int cs_young_alloc(cs_thread *t, cs_event *ev)
     *e = *ev;
     cs_live_slot *s = slots_of(y);
     if (s)
-        fill_slot(&s[i], e);
+        cs_live_fill(&s[i], e, e->a);
     add(&y->live, 1);
     add(&y->live_bytes, (int64_t)ev->a);
     add(&y->born, 1);
