@@ -111,12 +111,12 @@ static void watch_ctx(const void *ctx)
 static _Atomic uintptr_t free_sites[MAX_FREE_SITES];
 static int dealloc_known; /* learned, or given up: learn_dealloc stops */
 
-static __thread const void *cur_cap __attribute__((tls_model("initial-exec")));
-static __thread const np_handler *cur_handler __attribute__((tls_model("initial-exec")));
-/* cur_* name the handler of the very next Track/Untrack only: numpy's
- * legacy PyDataMem_NEW/FREE (void scalars through its small-block cache,
- * old extensions) track blocks without reading a handler first */
-static __thread int cur_fresh __attribute__((tls_model("initial-exec")));
+__thread const void *cs_np_cur_cap __attribute__((tls_model("initial-exec")));
+__thread const void *cs_np_cur_handler __attribute__((tls_model("initial-exec")));
+__thread int cs_np_cur_fresh __attribute__((tls_model("initial-exec")));
+#define cur_cap cs_np_cur_cap
+#define cur_handler ((const np_handler *)cs_np_cur_handler)
+#define cur_fresh cs_np_cur_fresh
 
 static known *known_of(const np_handler *h)
 {
@@ -193,15 +193,11 @@ static void forget(const np_handler *h)
     hmu_unlock();
 }
 
-void cs_np_note_handler(const void *cap, const void *handler)
+void cs_np_new_handler(const void *handler)
 {
-    cur_cap = cap;
-    cur_fresh = 1;
-    if (handler != cur_handler) {
-        cur_handler = handler;
-        if (handler && cs_plausible(handler))
-            remember(handler);
-    }
+    cs_np_cur_handler = handler;
+    if (handler && cs_plausible(handler))
+        remember(handler);
 }
 
 /* The allocator's ctx and four functions as one nonzero 32-bit value:

@@ -12,8 +12,21 @@ extern const int cs_numpy_nhooks;
 /* Resolve the originals; 0 if this interpreter lacks them. */
 int cs_numpy_init(void);
 /* PyCapsule_GetPointer(cap, "mem_handler") just returned `handler`: the
- * next Track/Untrack on this thread is that handler's. */
-void cs_np_note_handler(const void *cap, const void *handler);
+ * next Track/Untrack on this thread is that handler's (numpy's legacy
+ * PyDataMem_NEW/FREE, void scalars through its small-block cache and old
+ * extensions, track blocks without reading a handler first). Inline: numpy
+ * reads its handler twice an array. */
+extern __thread const void *cs_np_cur_cap __attribute__((tls_model("initial-exec")));
+extern __thread const void *cs_np_cur_handler __attribute__((tls_model("initial-exec")));
+extern __thread int cs_np_cur_fresh __attribute__((tls_model("initial-exec")));
+void cs_np_new_handler(const void *handler); /* another than this thread's last */
+static inline void cs_np_note_handler(const void *cap, const void *handler)
+{
+    cs_np_cur_cap = cap;
+    cs_np_cur_fresh = 1;
+    if (handler != cs_np_cur_handler)
+        cs_np_new_handler(handler);
+}
 /* A managed struct just exported as a CPU tensor: if its data came from
  * a handler declared for another device, say so. Reads nothing unless
  * some handler declared a device. */

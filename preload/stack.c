@@ -396,6 +396,7 @@ typedef struct cs_stack_cache {
     /* the way that matched after each way last time: a loop's call paths
      * come round in the same order */
     uint8_t chain_next[RSETS][RWAYS];
+    uint8_t chain_next2[RSETS][RWAYS]; /* and the one that followed before that */
     uint32_t learn_credit;
     /* chains that missed, by a hash of their frames: a chain's second miss
      * learns it whatever the credit (it repeats: a walk pays for itself);
@@ -914,17 +915,27 @@ static rentry *chain_hit(cs_stack_cache *c, const uintptr_t *slot0, int gil)
     size_t room = (c->stack_hi - (uintptr_t)slot0) / sizeof *slot0;
     /* first the chain that followed the last one's last time, then the
      * last one itself: loops repeat both */
-    unsigned last = c->chain_mru[s], next = c->chain_next[s][last];
+    unsigned last = c->chain_mru[s], next = c->chain_next[s][last], next2 = c->chain_next2[s][last];
     if (chain_valid(&set[next], slot0, room, ret0, gil)) {
         c->chain_mru[s] = (uint8_t)next;
         return &set[next];
     }
-    if (next != last && chain_valid(&set[last], slot0, room, ret0, gil)) {
+    /* the one before it: a chain followed by two others in turn (numpy 2's
+     * temporaries, sized apart) */
+    if (next2 != next && chain_valid(&set[next2], slot0, room, ret0, gil)) {
+        c->chain_next2[s][last] = (uint8_t)next;
+        c->chain_next[s][last] = (uint8_t)next2;
+        c->chain_mru[s] = (uint8_t)next2;
+        return &set[next2];
+    }
+    if (next != last && next2 != last && chain_valid(&set[last], slot0, room, ret0, gil)) {
+        c->chain_next2[s][last] = (uint8_t)next;
         c->chain_next[s][last] = (uint8_t)last;
         return &set[last];
     }
     for (unsigned w = 0; w < RWAYS; w++)
-        if (w != last && w != next && chain_valid(&set[w], slot0, room, ret0, gil)) {
+        if (w != last && w != next && w != next2 && chain_valid(&set[w], slot0, room, ret0, gil)) {
+            c->chain_next2[s][last] = (uint8_t)next;
             c->chain_next[s][last] = (uint8_t)w;
             c->chain_mru[s] = (uint8_t)w;
             return &set[w];
