@@ -666,22 +666,29 @@ static inline __attribute__((always_inline)) int raw_same(const memo *m, const m
     /* the layout's offsets once, not per frame (a deep stack has 32) */
     const int o_code = l->f_code, o_back = l->f_back, o_instr = l->f_instr, o_entry = l->f_entry;
     const int by_index = l->model == CS_PYF_OBJECT, npy = m->npy;
-    const uint32_t entry = m->entry;
+    uint32_t entry = 0;
     for (int i = 0; i < npy; i++) {
-        if (!f || AT(f, o_code, const void *) != fr->co[i])
+        if (!f)
             return 0;
+        if (AT(f, o_code, const void *) != fr->co[i]) {
+            /* a shim or a frame not yet started lies there: the next frame
+             * that runs code must hold the memo's (a frame that runs other
+             * code is its own next such frame) */
+            const char *g = code_frame(l, f);
+            if (g == f || !g || AT(g, o_code, const void *) != fr->co[i])
+                return 0;
+            f = g;
+        }
         uint64_t ip = by_index ? (uint64_t)(uint32_t)AT(f, o_instr, int)
                                : (uint64_t)(uintptr_t)AT(f, o_instr, const char *);
-        int ent = o_entry >= 0 ? AT(f, o_entry, char) != 0 : is_entry(l, f);
-        if (ip != fr->ip[i] || ent != (int)(entry >> i & 1))
+        if (ip != fr->ip[i])
             return 0;
-        /* the next frame that runs code: the very next one when it holds
-         * the memo's next code object (a shim or a frame not yet started
-         * would fail the instruction compare), else as a walk finds it */
-        const char *g = AT(f, o_back, const char *);
-        f = g && i + 1 < npy && AT(g, o_code, const void *) == fr->co[i + 1] ? g
-                                                                            : code_frame(l, g);
+        entry |= (uint32_t)(o_entry >= 0 ? AT(f, o_entry, char) != 0 : is_entry(l, f)) << i;
+        f = AT(f, o_back, const char *);
     }
+    if (entry != m->entry)
+        return 0;
+    f = code_frame(l, f);
     if (f && npy < max)
         return 0; /* deeper than the memo's stack */
     *rest = f;
