@@ -54,6 +54,20 @@ def test_pipeline_is_clean(tmp_path, py, options):
     assert p["summary"]["events"] >= 8000, p["summary"]
 
 
+def test_forks_while_threads_allocate(tmp_path, py):
+    """20 forks while three threads make and free arrays without pause: the
+    young tables are emptied into the lifecycle and locked across each fork,
+    no process hangs, and no process (the parent, 20 children) finds
+    anything: the children's inherited blocks are the parent's"""
+    res = run_capsan(SCRIPT, tmp_path, args=["forks"], interpreter=py, env=np_env(py))
+    assert res.returncode == 0 and "survived forks" in res.stdout, res.describe()
+    assert len(res.report["processes"]) == 21, summarize(res.report)
+    assert findings(res.report) == [], res.describe()
+    # the children leave by os._exit
+    assert all(p["ended"] in ("exit", "_exit") and p["status"] == 0
+               for p in res.report["processes"]), summarize(res.report)
+
+
 def test_a_worker_array_kept_in_c_is_one_leak(tmp_path, py):
     """one array a worker made, kept forever by C code on the main thread,
     among thousands that crossed threads and died: one numpy-leak, made on

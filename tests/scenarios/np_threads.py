@@ -11,6 +11,10 @@ argv[1]:
   leak       the same pipeline, and one worker's array handed to
              keep_forever() (INCREF'd and kept in C): one numpy-leak, made on
              that worker's line
+  forks      clean: 3 workers make and free arrays without pause (each
+             holding a few alive) while the main thread forks 20 children,
+             each of which makes and frees arrays of its own and exits; no
+             hang, nothing leaks in any process
   double     a worker frees an array's data with PyDataMem_FREE, keeping
              OWNDATA, and hands the array to the main thread, whose numpy
              frees it again (glibc aborts): numpy-double-free, the first free
@@ -94,10 +98,38 @@ def double():
     del a  # <-- free-again
 
 
+def forks():
+    stop = threading.Event()
+
+    def churn(i):
+        held = []
+        while not stop.is_set():
+            held.append(np.full(32 + i, float(i)))
+            if len(held) > 5:
+                held.pop(0)
+
+    ts = [threading.Thread(target=churn, args=(i,)) for i in range(3)]
+    for t in ts:
+        t.start()
+    for _ in range(20):
+        pid = os.fork()
+        if pid == 0:  # a child: the other threads did not come along
+            xs = [np.arange(100.0) * k for k in range(50)]
+            del xs
+            os._exit(0)
+        _, st = os.waitpid(pid, 0)
+        assert os.WIFEXITED(st) and os.WEXITSTATUS(st) == 0, st
+    stop.set()
+    for t in ts:
+        t.join()
+
+
 if mode == "pipeline":
     pipeline()
 elif mode == "leak":
     pipeline(leak=True)
+elif mode == "forks":
+    forks()
 elif mode == "double":
     double()
 print("survived", mode, flush=True)
