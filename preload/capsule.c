@@ -25,6 +25,7 @@
 #include "pyapi.h"
 #include "names.h"
 #include "runtime.h"
+#include "stack.h"
 #include "xapi.h"
 
 /* ---- reading a capsule ----
@@ -303,8 +304,10 @@ void cs_capsule_dtor_body(PyObject_ *cap, unsigned k)
                    .extra = (orig ? 0 : CS_DESTROY_NO_DTOR) | (took ? CS_DESTROY_TOOK : 0)};
     /* the death of a consumed capsule is the normal case: the consume
      * already moved its tensor on, and no finding depends on it */
-    if (ev.aux != CS_NAME_USED)
+    if (ev.aux != CS_NAME_USED) {
+        CS_STACK_HINT(); /* reached by a jmp from stub k: its caller's slot */
         cs_emit(&ev, 1, NULL, NULL);
+    }
 }
 
 /* ---- hooks ---- */
@@ -377,6 +380,7 @@ static PyObject_ *hook_New(void *ptr, const char *name, cs_capsule_dtor dtor)
         return NULL;
     if (!capsule_type)
         learn_layout(cap, ptr, name, stub((unsigned)k));
+    CS_STACK_HINT();
     export(ptr, cap, nk == NK_DLV, g);
     return cap;
 }
@@ -503,6 +507,7 @@ static int hook_SetName(PyObject_ *cap, const char *name)
         }
         cs_event origin;
         int found;
+        CS_STACK_HINT();
         unsigned v = cs_emit(&ev, 1, &origin, &found);
         /* a struct renamed just after its consumer released it is gone:
          * its memory is not compared (a released one consumed again is,

@@ -9,6 +9,7 @@
 #include "quarantine.h"
 #include "reexport.h"
 #include "runtime.h"
+#include "stack.h"
 
 static __thread void *last_null __attribute__((tls_model("initial-exec")));
 __thread cs_dl_pending_t cs_dl_pending __attribute__((tls_model("initial-exec")));
@@ -81,6 +82,7 @@ void cs_dl_deleter_tramp(void *mt)
         ev.c = cs_dl_data(mt);
     cs_event origin;
     int found = 0;
+    CS_STACK_HINT();
     unsigned verdict = cs_emit(&ev, 1, &origin, &found);
     if (verdict & CS_VERDICT_UNRENAMED)
         atomic_store_explicit(&cs_dl_unconsumed_released, 1, memory_order_relaxed);

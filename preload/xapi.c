@@ -304,8 +304,10 @@ int cs_xbody_from_py(void *obj, void **out, void *u2, void *u3, unsigned k)
     call_begin(&c, CS_XE_FROM_PY, site, (uint64_t)(uintptr_t)obj);
     int rc = fn(obj, out);
     call_end(&c, rc, (uint64_t)(uintptr_t)obj);
-    if (rc == 0)
+    if (rc == 0) {
+        CS_STACK_HINT(); /* reached by a jmp from the entry's stub */
         born(out ? *out : NULL, CS_DLV_XFROM, c.flags, CS_XE_FROM_PY, site);
+    }
     return rc;
 }
 
@@ -393,9 +395,10 @@ int cs_xbody_to_py(void *mt, void **out, void *u2, void *u3, unsigned k)
             rc = fn(mt, out);
         } else {
             rc = fn(mt, out);
-            if (rc == 0)
+            if (rc == 0) {
+                CS_STACK_HINT();
                 cs_emit(&hand, 1, NULL, NULL);
-            else if (state_of(key) == CS_ST_RELEASED)
+            } else if (state_of(key) == CS_ST_RELEASED)
                 check_failed(key, CS_XE_TO_PY, CS_XC_TO_PY_RELEASED, rc, 0, site);
         }
     } else {
@@ -422,10 +425,11 @@ int cs_xbody_to_py(void *mt, void **out, void *u2, void *u3, unsigned k)
             pending_loan = saved_loan;
             pending_born = saved_born;
             pending_flags = saved_flags;
-            if (!inside)
+            if (!inside) {
+                CS_STACK_HINT();
                 cs_dl_lent(&l, 0, (uint16_t)(CS_DLV_VERSIONED | CS_DLV_XTO | (rc == 0 ? CS_DLV_HANDED : 0)),
                            c.flags);
-            else if (rc != 0)
+            } else if (rc != 0)
                 check_failed(key, CS_XE_TO_PY, CS_XC_TO_PY_RELEASED, rc, 0, site);
         }
     }
