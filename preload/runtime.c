@@ -43,11 +43,8 @@ void cs_runtime_write_counts(uint64_t now)
  * tenfold of run time (6,000 in a first hour), not 360,000 an hour. */
 static _Atomic uint64_t first_counts;
 
-static void maybe_counts(uint64_t now)
+static __attribute__((noinline)) void counts_due(uint64_t now, uint64_t due)
 {
-    uint64_t due = atomic_load_explicit(&next_counts, memory_order_relaxed);
-    if (now < due)
-        return;
     uint64_t t0 = atomic_load_explicit(&first_counts, memory_order_relaxed);
     if (!t0) {
         uint64_t zero = 0;
@@ -60,6 +57,14 @@ static void maybe_counts(uint64_t now)
     if (!atomic_compare_exchange_strong(&next_counts, &due, now + step))
         return;
     cs_runtime_write_counts(now);
+}
+
+/* every event asks: a load and a compare inline, the rest when due */
+static inline __attribute__((always_inline)) void maybe_counts(uint64_t now)
+{
+    uint64_t due = atomic_load_explicit(&next_counts, memory_order_relaxed);
+    if (__builtin_expect(now >= due, 0))
+        counts_due(now, due);
 }
 
 /* ---- emit ---- */
