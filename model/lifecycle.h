@@ -234,8 +234,8 @@ typedef struct cs_lc_totals {
     int64_t born_arrow;              /* every Arrow struct exported (stream chunks included) */
 } cs_lc_totals;
 void cs_lc_totals_get(cs_lifecycle *lc, cs_lc_totals *out);
-/* Objects the runtime judges outside the table (young.c: NumPy blocks
- * still on the thread that made them), added to cs_lc_totals_get and
+/* Objects the runtime judges outside the table (young.c, young_dl.c:
+ * NumPy blocks and DLPack tensors still on the thread that made them), added to cs_lc_totals_get and
  * cs_lc_events: their live and born counts and the events judged there.
  * NULL (the report tool): none. */
 extern void (*cs_lc_outside)(cs_lc_totals *add, uint64_t *events);
@@ -248,6 +248,10 @@ static inline unsigned cs_lc_np_live_at(uint64_t key)
 {
     return (unsigned)(((key >> 4) * 0xc2b2ae3d27d4eb4full) >> (64 - CS_LC_NP_LIVE_BITS));
 }
+/* The same for the table's live DLPack tensors (young_dl.c: an export at
+ * an address the table may hold alive is judged there, a second export
+ * of a live struct), by the same hash. */
+extern _Atomic uint16_t *cs_lc_dl_live;
 
 /* Object namespaces: a DLPack struct and a NumPy block may share an address
  * over time, so they are judged apart. */

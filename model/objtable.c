@@ -346,12 +346,14 @@ void ot_trace(cs_lifecycle *lc, obj *o)
 
 /* ---- live totals: an object counts from creation to release ---- */
 _Atomic uint16_t *cs_lc_np_live;
+_Atomic uint16_t *cs_lc_dl_live;
 
 void ot_count(stripe *st, const obj *o, int sign)
 {
     int i = o->ns == CS_NS_NUMPY ? 2 : 0;
-    if (i && cs_lc_np_live)
-        atomic_fetch_add_explicit(&cs_lc_np_live[cs_lc_np_live_at(o->key)], (uint16_t)sign,
+    _Atomic uint16_t *by_key = i ? cs_lc_np_live : o->ns == CS_NS_DLPACK ? cs_lc_dl_live : NULL;
+    if (by_key)
+        atomic_fetch_add_explicit(&by_key[cs_lc_np_live_at(o->key)], (uint16_t)sign,
                                   memory_order_relaxed);
     /* one writer (the stripe's lock holder); relaxed stores for readers */
     __atomic_store_n(&st->live[i], st->live[i] + sign, __ATOMIC_RELAXED);
@@ -374,6 +376,7 @@ void cs_lc_totals_get(cs_lifecycle *lc, cs_lc_totals *t)
         cs_lc_totals o = {0};
         uint64_t ev = 0;
         cs_lc_outside(&o, &ev);
+        v[0] += o.dlpack, v[1] += o.dlpack_bytes, b[0] += o.born_dlpack;
         v[2] += o.numpy, v[3] += o.numpy_bytes, b[1] += o.born_numpy;
     }
     t->born_dlpack = b[0];

@@ -27,6 +27,7 @@
 #include "runtime.h"
 #include "stack.h"
 #include "xapi.h"
+#include "young.h"
 
 /* ---- reading a capsule ----
  * PyCapsule has kept one layout since 3.1 (PyObject_HEAD, pointer, name,
@@ -188,6 +189,7 @@ static int judge_redelete(cs_thread *t, PyObject_ *cap, void *mt)
     if (!t || !mt || !cs_recording ||
         (!cs_findings_judged() && !atomic_load_explicit(&cs_dl_unconsumed_released, memory_order_relaxed)))
         return 0;
+    cs_young_dl_adopt((uint64_t)(uintptr_t)mt);
     cs_lc_lock(cs_lc, (uint64_t)(uintptr_t)mt);
     int st = cs_lc_state(cs_lc, CS_NS_DLPACK, (uint64_t)(uintptr_t)mt);
     cs_lc_unlock(cs_lc, (uint64_t)(uintptr_t)mt);
@@ -574,6 +576,7 @@ static inline __attribute__((always_inline)) void *get_pointer(PyObject_ *cap, c
         if (!cs_findings_judged() &&
             !atomic_load_explicit(&cs_dl_unconsumed_released, memory_order_relaxed))
             return p;
+        cs_young_dl_adopt(ev.obj);
         cs_lc_lock(cs_lc, ev.obj);
         int st = cs_lc_state(cs_lc, CS_NS_DLPACK, ev.obj);
         cs_lc_unlock(cs_lc, ev.obj);
@@ -698,6 +701,7 @@ void *capsan_original_deleter(void *mt)
     int found;
     if (!mt || !cs_lc)
         return NULL;
+    cs_young_dl_adopt((uint64_t)(uintptr_t)mt);
     cs_lc_lock(cs_lc, (uint64_t)(uintptr_t)mt);
     found = cs_lc_origin(cs_lc, CS_NS_DLPACK, (uint64_t)(uintptr_t)mt, &origin);
     cs_lc_unlock(cs_lc, (uint64_t)(uintptr_t)mt);

@@ -20,6 +20,7 @@
 #include "runtime.h"
 #include "thread.h"
 #include "xapi.h"
+#include "young.h"
 
 _Atomic uint16_t cs_dg_pages[4096];
 static _Atomic uint64_t starts[4096];
@@ -60,6 +61,7 @@ void cs_dg_check_slow(uintptr_t p, unsigned how)
     if (!in)
         return;
     uint64_t hit[8];
+    cs_young_dl_adopt_data(p, p + span);
     size_t nh = cs_lc_consumed_in(cs_lc, p, p + span, hit, 8);
     for (size_t k = 0; k < nh; k++) {
         /* a view is the caller's only while its call lasts (R53) */

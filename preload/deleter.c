@@ -10,6 +10,7 @@
 #include "reexport.h"
 #include "runtime.h"
 #include "stack.h"
+#include "young.h"
 
 static __thread void *last_null __attribute__((tls_model("initial-exec")));
 __thread cs_dl_pending_t cs_dl_pending __attribute__((tls_model("initial-exec")));
@@ -152,6 +153,7 @@ int cs_dl_wrap(cs_loan *l, void *mt, int versioned)
         /* lent again while wrapped: keep the original we know */
         cs_event origin;
         uint64_t key = (uint64_t)(uintptr_t)mt;
+        cs_young_dl_adopt(key);
         cs_lc_lock(cs_lc, key);
         int found = cs_lc_origin(cs_lc, CS_NS_DLPACK, key, &origin);
         cs_lc_unlock(cs_lc, key);

@@ -84,9 +84,11 @@ cs_live_slot *cs_live_block(uint32_t n)
     return s;
 }
 
+__thread int cs_live_replaying __attribute__((tls_model("initial-exec")));
+
 uint32_t cs_live_put(unsigned p, const cs_event *origin, uint64_t bytes)
 {
-    if (p >= CS_LIVE_POOLS || !cs_trace_started())
+    if (p >= CS_LIVE_POOLS || cs_live_replaying || !cs_trace_started())
         return 0;
     pool *pl = pools[p];
     if (!pl && !(pl = pools[p] = calloc(1, sizeof *pl)))

@@ -14,8 +14,13 @@
  * of one pool (the lifecycle passes its stripe, under the stripe's lock). */
 #define CS_LIVE_POOLS 64
 
+/* Set while a released object's events are replayed into the lifecycle
+ * (young.c, young_dl.c): a dead object needs no slot, and taking one may
+ * allocate between a program's free and its double free, which would
+ * then free capsan's memory instead of failing. */
+extern __thread int cs_live_replaying __attribute__((tls_model("initial-exec")));
 /* A slot for an object made by `origin` (its first event): an id, 0 when
- * there is no trace to write to. */
+ * there is no trace to write to (or cs_live_replaying). */
 uint32_t cs_live_put(unsigned pool, const cs_event *origin, uint64_t bytes);
 /* The object of slot id was consumed at `stack`. */
 void cs_live_consumed(uint32_t id, uint32_t stack);

@@ -10,12 +10,14 @@
 
 #include "lifecycle.h"
 #include "runtime.h"
+#include "young.h"
 
 void cs_dl_reexport_slow(const cs_loan *l, uint64_t start, uint32_t stack)
 {
     if (!cs_recording || !cs_lc)
         return;
     uint64_t hit[8];
+    cs_young_dl_adopt_data(start, start + 1);
     size_t n = cs_lc_consumed_in(cs_lc, start, start + 1, hit, 8);
     for (size_t i = 0; i < n; i++) {
         if (hit[i] == (uint64_t)(uintptr_t)l->mt)

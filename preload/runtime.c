@@ -150,6 +150,8 @@ unsigned cs_emit(cs_event *ev, int want_stack, cs_event *origin, int *found)
         /* not recording (or capsan's own call): still answer the lookup
          * a trampoline needs to forward its call */
         if (origin && cs_lc) {
+            if (ns_of(ev) == CS_NS_DLPACK)
+                cs_young_dl_adopt(ev->obj);
             cs_lc_lock(cs_lc, ev->obj);
             *found = cs_lc_origin(cs_lc, ns_of(ev), ev->obj, origin);
             if (*found && cs_lc_state(cs_lc, ns_of(ev), ev->obj) == CS_ST_RELEASED)
@@ -157,6 +159,13 @@ unsigned cs_emit(cs_event *ev, int want_stack, cs_event *origin, int *found)
             cs_lc_unlock(cs_lc, ev->obj);
         }
         return 0;
+    }
+    if (ns_of(ev) == CS_NS_DLPACK) {
+        if (cs_young_dl(t, ev, origin, found)) { /* judged on this thread */
+            emit_end(t, ev);
+            return 0;
+        }
+        cs_young_dl_adopt(ev->obj); /* whatever a thread holds of it, first */
     }
     unsigned v = emit_judge(ev, origin, found);
     emit_end(t, ev);

@@ -13,6 +13,7 @@
 #include "seenset.h"
 #include "spin.h"
 #include "stack.h"
+#include "young.h"
 
 /* DLPackExchangeAPI, x86-64 (dlpack.h 1.3): header, then five entries */
 typedef void (*set_error_fn)(void *ctx, const char *kind, const char *msg);
@@ -365,6 +366,7 @@ static void born_in_call(void *mt)
 
 static int state_of(uint64_t key)
 {
+    cs_young_dl_adopt(key);
     cs_lc_lock(cs_lc, key);
     int st = cs_lc_state(cs_lc, CS_NS_DLPACK, key);
     cs_lc_unlock(cs_lc, key);

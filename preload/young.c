@@ -1,4 +1,5 @@
-/* NumPy blocks judged on the thread that made them (young.h).
+/* NumPy blocks judged on the thread that made them (young.h); the
+ * per-thread tables they share with DLPack tensors (young_dl.c).
  *
  * In the lifecycle's table an alloc and its free cost a stripe lock each,
  * an entry, its history, a tombstone and a crash-safe slot put and dropped
@@ -24,28 +25,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "lifecycle.h"
-#include "livestate.h"
 #include "options.h"
-#include "spin.h"
 #include "tracefile.h"
-
-#define YOUNG_BITS 7
-#define YOUNG (1u << YOUNG_BITS) /* live blocks a thread keeps */
-#define GONE_BITS 10
-#define GONE (1u << GONE_BITS) /* freed blocks a thread remembers */
-
-typedef struct cs_young {
-    cs_spin mu;
-    uint32_t gen;        /* the trace generation `slots` lie in */
-    cs_live_slot *slots; /* YOUNG crash-safe slots, place by place, or NULL */
-    /* judged here and not adopted: written under mu, read relaxed */
-    int64_t live, live_bytes, born;
-    uint64_t events;
-    struct cs_young *next, *prev;
-    cs_event blk[YOUNG];    /* each live block's alloc (obj 0: a free place) */
-    cs_event gone[GONE][2]; /* the latest freed block at each place: alloc, free */
-} young;
+#include "young_int.h"
 
 static young *all;
 static cs_lifecycle *lc; /* the lifecycle the blocks move to */
@@ -53,38 +35,51 @@ static cs_spin all_mu = CS_SPIN_INIT;
 static int enabled;
 /* what exited threads judged here and never adopted */
 static _Atomic uint64_t gone_events;
-static _Atomic int64_t gone_born;
+static _Atomic int64_t gone_born, gone_dl_born;
 
-static inline unsigned place(uint64_t p, unsigned bits)
+static inline unsigned place(uint64_t p, unsigned bits) { return young_place(p, bits); }
+static inline void add(int64_t *v, int64_t d) { young_add(v, d); }
+static inline void count_events(young *y, int64_t d) { young_count(&y->events, d); }
+
+void young_each(void (*fn)(young *y, void *ud), void *ud)
 {
-    return (unsigned)(((p >> 4) * 0x9e3779b97f4a7c15ull) >> (64 - bits));
+    if (!atomic_load_explicit((_Atomic(young *) *)&all, memory_order_relaxed))
+        return;
+    cs_spin_lock(&all_mu);
+    for (young *y = all; y; y = y->next) {
+        cs_spin_lock(&y->mu);
+        fn(y, ud);
+        cs_spin_unlock(&y->mu);
+    }
+    cs_spin_unlock(&all_mu);
 }
 
-static inline void add(int64_t *v, int64_t d)
+cs_live_slot *young_slots_new(uint32_t *gen, cs_live_slot **slots, uint32_t n)
 {
-    __atomic_store_n(v, *v + d, __ATOMIC_RELAXED);
-}
-
-static inline void count_events(young *y, int64_t d)
-{
-    __atomic_store_n(&y->events, y->events + (uint64_t)d, __ATOMIC_RELAXED);
-}
-
-/* y's slots in the current trace file (a forked child's is another) */
-static cs_live_slot *slots_of(young *y)
-{
-    uint32_t g = cs_trace_gen();
-    if (__builtin_expect(y->gen == g, 1))
-        return y->slots;
     if (!cs_trace_started())
         return NULL;
-    y->slots = cs_live_block(YOUNG);
-    y->gen = g;
-    if (y->slots)
+    *slots = cs_live_block(n);
+    *gen = cs_trace_gen();
+    return *slots;
+}
+
+/* y's slots in a new trace file: its live blocks written anew */
+static __attribute__((noinline)) cs_live_slot *slots_renew(young *y)
+{
+    cs_live_slot *s = young_slots_new(&y->gen, &y->slots, YOUNG);
+    if (s)
         for (unsigned i = 0; i < YOUNG; i++)
             if (y->blk[i].obj)
-                cs_live_fill(&y->slots[i], &y->blk[i], y->blk[i].a);
-    return y->slots;
+                cs_live_fill(&s[i], &y->blk[i], y->blk[i].a);
+    return s;
+}
+
+/* y's slots in the current trace file */
+static inline cs_live_slot *slots_of(young *y)
+{
+    if (__builtin_expect(y->gen == cs_trace_gen(), 1))
+        return y->slots;
+    return slots_renew(y);
 }
 
 static inline void clear_slot(young *y, unsigned i)
@@ -123,8 +118,10 @@ static void adopt_gone(young *y, cs_event *g)
     int newer = cs_lc_origin(lc, CS_NS_NUMPY, g[0].obj, &origin) &&
                 origin.time_ns > g[1].time_ns;
     if (!newer) {
+        cs_live_replaying = 1;
         cs_lc_event(lc, &g[0]);
         cs_lc_event(lc, &g[1]);
+        cs_live_replaying = 0;
     }
     cs_lc_unlock(lc, g[0].obj);
     add(&y->born, -1);
@@ -132,8 +129,10 @@ static void adopt_gone(young *y, cs_event *g)
     g[0].obj = 0;
 }
 
-static young *make(cs_thread *t)
+young *cs_young_of(cs_thread *t)
 {
+    if (t->young)
+        return t->young;
     young *y = calloc(1, sizeof *y);
     if (!y)
         return NULL;
@@ -151,7 +150,7 @@ int cs_young_alloc(cs_thread *t, cs_event *ev)
 {
     if (!enabled)
         return 0;
-    young *y = t->young ? t->young : make(t);
+    young *y = cs_young_of(t);
     if (!y)
         return 0;
     cs_spin_lock(&y->mu);
@@ -243,6 +242,7 @@ static void flush_locked(young *y)
     for (unsigned i = 0; i < YOUNG; i++)
         if (y->blk[i].obj)
             adopt_live(y, i);
+    cs_young_dl_flush_locked(y, 0);
 }
 
 void cs_young_flush(void)
@@ -292,8 +292,10 @@ static void thread_gone(cs_thread *t)
     for (unsigned k = 0; k < GONE; k++)
         if (y->gone[k][0].obj)
             adopt_gone(y, y->gone[k]);
-    atomic_fetch_add(&gone_events, y->events);
+    cs_young_dl_flush_locked(y, 1);
+    atomic_fetch_add(&gone_events, y->events + y->dl.events);
     atomic_fetch_add(&gone_born, y->born);
+    atomic_fetch_add(&gone_dl_born, y->dl.born);
     if (y->prev)
         y->prev->next = y->next;
     else
@@ -303,6 +305,9 @@ static void thread_gone(cs_thread *t)
     cs_spin_unlock(&y->mu);
     cs_spin_unlock(&all_mu);
     t->young = NULL;
+    /* freed memory keeps its bytes: the addresses in it would pass for
+     * references to the objects just adopted in the leak scan at exit */
+    memset(y, 0, sizeof *y);
     free(y);
 }
 
@@ -312,6 +317,7 @@ static void outside(cs_lc_totals *add_to, uint64_t *events)
 {
     *events += atomic_load(&gone_events);
     add_to->born_numpy += atomic_load(&gone_born);
+    add_to->born_dlpack += atomic_load(&gone_dl_born);
     int spins = 0;
     while (atomic_flag_test_and_set_explicit(&all_mu.f, memory_order_acquire))
         if (++spins > 100000)
@@ -321,6 +327,7 @@ static void outside(cs_lc_totals *add_to, uint64_t *events)
         add_to->numpy_bytes += __atomic_load_n(&y->live_bytes, __ATOMIC_RELAXED);
         add_to->born_numpy += __atomic_load_n(&y->born, __ATOMIC_RELAXED);
         *events += __atomic_load_n(&y->events, __ATOMIC_RELAXED);
+        cs_young_dl_totals(y, add_to, events);
     }
     cs_spin_unlock(&all_mu);
 }
@@ -330,7 +337,8 @@ void cs_young_init(cs_lifecycle *to)
     if (cs_opt.record_all || !to)
         return;
     lc = to;
-    if (!(cs_lc_np_live = calloc((size_t)1 << CS_LC_NP_LIVE_BITS, sizeof *cs_lc_np_live)))
+    if (!(cs_lc_np_live = calloc((size_t)1 << CS_LC_NP_LIVE_BITS, sizeof *cs_lc_np_live)) ||
+        !cs_young_dl_init(to))
         return;
     cs_lc_outside = outside;
     cs_thread_on_exit = thread_gone;

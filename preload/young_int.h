@@ -1,0 +1,87 @@
+/* The per-thread tables of young.c (NumPy blocks) and young_dl.c (DLPack
+ * tensors), one struct per thread under one lock. Private to those two
+ * files. Lock order: young.c's all_mu, a thread's mu, then the lifecycle's
+ * stripes. */
+#ifndef CAPSAN_YOUNG_INT_H
+#define CAPSAN_YOUNG_INT_H
+
+#include <stdint.h>
+
+#include "lifecycle.h"
+#include "livestate.h"
+#include "spin.h"
+#include "thread.h"
+#include "tracefile.h"
+#include "tracefmt.h"
+
+#define YOUNG_BITS 7
+#define YOUNG (1u << YOUNG_BITS) /* live blocks a thread keeps */
+#define GONE_BITS 10
+#define GONE (1u << GONE_BITS) /* freed blocks a thread remembers */
+#define DLY_BITS 6
+#define DLY (1u << DLY_BITS) /* live tensors a thread keeps */
+#define DLG_BITS 8
+#define DLG (1u << DLG_BITS) /* released tensors a thread remembers */
+
+/* a thread's DLPack tensors (young_dl.c) */
+typedef struct dl_young {
+    uint32_t gen;        /* the trace generation `slots` lie in */
+    cs_live_slot *slots; /* DLY crash-safe slots, place by place, or NULL */
+    int64_t live, live_bytes, born;
+    uint64_t events;
+    cs_event ev[DLY][2];   /* each live tensor's export (or birth) and consume
+                            * ([0].obj 0: a free place) */
+    uint8_t nev[DLY];      /* its events */
+    uint8_t consumed[DLY]; /* consumed (an exchange-API birth: from birth) */
+    uint8_t xapi[DLY];     /* born through the exchange API: no capsule */
+    uint64_t data[DLY];    /* the data it watches (dataguard.c), or 0 */
+    cs_event gone[DLG][3]; /* the latest released tensor at each place: its events */
+    uint8_t gone_n[DLG];   /* how many (the last its delete), 0: none */
+} dl_young;
+
+typedef struct cs_young {
+    cs_spin mu;
+    uint32_t gen;        /* the trace generation `slots` lie in */
+    cs_live_slot *slots; /* YOUNG crash-safe slots, place by place, or NULL */
+    /* judged here and not adopted: written under mu, read relaxed */
+    int64_t live, live_bytes, born;
+    uint64_t events;
+    struct cs_young *next, *prev;
+    cs_event blk[YOUNG];    /* each live block's alloc (obj 0: a free place) */
+    cs_event gone[GONE][2]; /* the latest freed block at each place: alloc, free */
+    dl_young dl;
+} young;
+
+/* the thread's tables, made at its first young object (NULL: no memory) */
+young *cs_young_of(cs_thread *t);
+/* fn on every thread's tables, each under its lock (all_mu held) */
+void young_each(void (*fn)(young *y, void *ud), void *ud);
+
+static inline unsigned young_place(uint64_t p, unsigned bits)
+{
+    return (unsigned)(((p >> 4) * 0x9e3779b97f4a7c15ull) >> (64 - bits));
+}
+
+static inline void young_add(int64_t *v, int64_t d)
+{
+    __atomic_store_n(v, *v + d, __ATOMIC_RELAXED);
+}
+
+static inline void young_count(uint64_t *events, int64_t d)
+{
+    __atomic_store_n(events, *events + (uint64_t)d, __ATOMIC_RELAXED);
+}
+
+/* n slots of a LIVE record of the thread's own in a trace file newer than
+ * generation *gen (a forked child's file is another): *gen, *slots set */
+cs_live_slot *young_slots_new(uint32_t *gen, cs_live_slot **slots, uint32_t n);
+
+/* young_dl.c's part of what young.c does for every thread (y->mu held):
+ * its live tensors to the lifecycle (and its released ones: `all`) */
+void cs_young_dl_flush_locked(young *y, int all);
+/* its live and born tensors and events, for cs_lc_outside */
+void cs_young_dl_totals(const young *y, cs_lc_totals *add, uint64_t *events);
+/* set up with the rest (young.c's init): 0 if it cannot be */
+int cs_young_dl_init(cs_lifecycle *to);
+
+#endif
