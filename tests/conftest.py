@@ -286,6 +286,28 @@ def check_schema(rep: dict) -> None:
                         assert {"file", "line", "function"} <= set(fr), fr
 
 
+def parent_process(report: dict) -> dict:
+    """the process that ran the script (a forked child has a higher pid)"""
+    ps = report["processes"]
+    assert ps, summarize(report)
+    return min(ps, key=lambda p: p["pid"])
+
+
+def assert_clean_with_child(res: "Result", survived: str, min_events: int) -> dict:
+    """res printed `survived`, forked once, neither process found anything,
+    and the parent exited 0 having judged at least min_events events.
+    Returns the parent's record."""
+    assert res.returncode == 0 and survived in res.stdout, res.describe()
+    assert res.report is not None, res.describe()
+    assert findings(res.report) == [], res.describe()
+    assert len(res.report["processes"]) == 2, summarize(res.report)  # parent and child
+    p = parent_process(res.report)
+    assert p["ended"] == "exit" and p["status"] == 0, p
+    assert p["summary"]["errors"] == 0 and p["summary"]["leaked_bytes"] == 0, p["summary"]
+    assert p["summary"]["events"] >= min_events, p["summary"]
+    return p
+
+
 def findings(report: dict | None, kind: str | None = None, severity: str | None = None) -> list:
     if not report:
         return []

@@ -10,8 +10,9 @@ import sys
 
 import pytest
 
-from conftest import (DEFAULT_EXITCODE, SCENARIOS, STATIC_PY, current_python, findings,
-                      is_signal, require_fixtures, run_capsan, summarize)
+from conftest import (DEFAULT_EXITCODE, SCENARIOS, STATIC_PY, assert_clean_with_child,
+                      current_python, findings, is_signal, parent_process, require_fixtures,
+                      run_capsan, summarize)
 
 sys.path.insert(0, str(SCENARIOS))
 from np_testlib import assert_at, np_env  # noqa: E402
@@ -28,13 +29,6 @@ def py(request):
     return current_python(request.param)
 
 
-def parent(report):
-    """the process that ran the script (its forked child is the other)"""
-    ps = report["processes"]
-    assert len(ps) >= 1, summarize(report)
-    return min(ps, key=lambda p: p["pid"])
-
-
 @pytest.mark.parametrize("options", ["", "record_all=1"], ids=["young", "lifecycle-only"])
 def test_pipeline_is_clean(tmp_path, py, options):
     """4,000 worker arrays freed on the main thread, 2,000 of the main
@@ -42,16 +36,8 @@ def test_pipeline_is_clean(tmp_path, py, options):
     no finding in either process, and the events were seen"""
     res = run_capsan(SCRIPT, tmp_path, args=["pipeline"], interpreter=py, env=np_env(py),
                      options=options or None)
-    assert res.returncode == 0 and "survived pipeline" in res.stdout, res.describe()
-    assert res.report is not None, res.describe()
-    assert findings(res.report) == [], res.describe()
-    ps = res.report["processes"]
-    assert len(ps) == 2, summarize(res.report)  # the parent and its forked child
-    p = parent(res.report)
-    assert p["ended"] == "exit" and p["status"] == 0, p
-    assert p["summary"]["errors"] == 0 and p["summary"]["leaked_bytes"] == 0, p["summary"]
     # 4 x 500 worker arrays and 2,000 of the main thread's: allocs and frees
-    assert p["summary"]["events"] >= 8000, p["summary"]
+    assert_clean_with_child(res, "survived pipeline", 8000)
 
 
 def test_forks_while_threads_allocate(tmp_path, py):
@@ -74,7 +60,7 @@ def test_a_worker_array_kept_in_c_is_one_leak(tmp_path, py):
     the worker's line"""
     res = run_capsan(SCRIPT, tmp_path, args=["leak"], interpreter=py, env=np_env(py))
     assert res.returncode == DEFAULT_EXITCODE and "survived leak" in res.stdout, res.describe()
-    fs = parent(res.report)["findings"]
+    fs = parent_process(res.report)["findings"]
     assert [f["kind"] for f in fs] == ["numpy-leak"], res.describe()
     assert findings(res.report) == fs, "the forked child inherited the kept array: not its leak"
     assert_at(fs, "numpy-leak", SCRIPT, "worker-made", event="alloc")
