@@ -4,7 +4,8 @@
  * lies; it tells the watch below as they come and go (under their stripe
  * lock, no lock of ours). The watch counts where their data starts, by
  * 256-byte granule, and keeps the last start seen in each slot: a free()
- * of a block that cannot hold a data start costs two loads, and a block
+ * of a block that cannot hold a data start costs one load (dataguard.h's
+ * filter, shared with numpy.c's handler ctx watch), and a block
  * near one costs its size and a compare with that start. Only a block that
  * holds it is looked up against every consumed tensor. A tensor's own
  * deleter frees its data after the tensor was released, so those frees
@@ -23,16 +24,29 @@
 #include "young.h"
 
 _Atomic uint16_t cs_dg_pages[4096];
+/* per slot of a data start's own granule: the live starts there, and the
+ * last one (what the slow path compares) */
+static _Atomic uint16_t nstarts[4096];
 static _Atomic uint64_t starts[4096];
 
 static void watch(uint64_t data, uint64_t n, int sign)
 {
     (void)n;
-    unsigned k = cs_dg_page((uintptr_t)(data >> CS_DG_GRAIN));
+    uintptr_t g = (uintptr_t)(data >> CS_DG_GRAIN);
+    unsigned k = cs_dg_page(g);
     if (sign > 0)
         atomic_store_explicit(&starts[k], data, memory_order_relaxed);
     /* wraps only if 65536 live tensors shared a slot: then only more lookups */
+    atomic_fetch_add_explicit(&nstarts[k], (uint16_t)sign, memory_order_relaxed);
     atomic_fetch_add_explicit(&cs_dg_pages[k], (uint16_t)sign, memory_order_relaxed);
+    atomic_fetch_add_explicit(&cs_dg_pages[cs_dg_page(g - 1)], (uint16_t)sign,
+                              memory_order_relaxed);
+}
+
+void cs_dg_mark(uintptr_t p)
+{
+    atomic_fetch_add_explicit(&cs_dg_pages[cs_dg_page(p >> CS_DG_GRAIN)], 1,
+                              memory_order_relaxed);
 }
 
 void cs_dg_init(void)
@@ -56,7 +70,7 @@ void cs_dg_check_slow(uintptr_t p, unsigned how)
     for (uintptr_t x = g; x <= g + 1; x++) {
         unsigned k = cs_dg_page(x);
         uint64_t d = atomic_load_explicit(&starts[k], memory_order_relaxed);
-        in |= atomic_load_explicit(&cs_dg_pages[k], memory_order_relaxed) && d >= p && d - p < span;
+        in |= atomic_load_explicit(&nstarts[k], memory_order_relaxed) && d >= p && d - p < span;
     }
     if (!in)
         return;

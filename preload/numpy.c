@@ -66,6 +66,9 @@ typedef struct known {
     int freed; /* free() was called on the struct itself: never read it again */
     size_t head; /* the bytes of snap that say which handler it is: its name
                   * up to its NUL, the NUL, then up to the allocator */
+    /* a name of up to 24 bytes (head) as three words to compare: each
+     * masked to the bytes that count, and snap's words so masked */
+    uint64_t nm_mask[3], nm_want[3];
 } known;
 
 static known handlers[MAX_HANDLERS];
@@ -101,7 +104,8 @@ static void watch_ctx(const void *ctx)
 {
     if (ctx) {
         unsigned b = ctx_bit((uintptr_t)ctx);
-        atomic_fetch_or(&ctx_bits[b >> 6], 1ull << (b & 63));
+        if (!(atomic_fetch_or(&ctx_bits[b >> 6], 1ull << (b & 63)) & (1ull << (b & 63))))
+            cs_dg_mark((uintptr_t)ctx); /* free() asks here only past dataguard's filter */
     }
 }
 
@@ -111,12 +115,10 @@ static void watch_ctx(const void *ctx)
 static _Atomic uintptr_t free_sites[MAX_FREE_SITES];
 static int dealloc_known; /* learned, or given up: learn_dealloc stops */
 
-__thread const void *cs_np_cur_cap __attribute__((tls_model("initial-exec")));
-__thread const void *cs_np_cur_handler __attribute__((tls_model("initial-exec")));
-__thread int cs_np_cur_fresh __attribute__((tls_model("initial-exec")));
-#define cur_cap cs_np_cur_cap
-#define cur_handler ((const np_handler *)cs_np_cur_handler)
-#define cur_fresh cs_np_cur_fresh
+__thread cs_np_cur_t cs_np_cur __attribute__((tls_model("initial-exec")));
+#define cur_cap cs_np_cur.cap
+#define cur_handler ((const np_handler *)cs_np_cur.handler)
+#define cur_fresh cs_np_cur.fresh
 
 static known *known_of(const np_handler *h)
 {
@@ -150,6 +152,31 @@ static size_t head_of(const np_handler *h)
     return strnlen(h->name, sizeof h->name) + 1;
 }
 
+/* k->head and the words a free compares, from k->snap (the struct is 168
+ * bytes: its first 24 can always be read) */
+static void set_head(known *k)
+{
+    k->head = head_of(&k->snap);
+    for (size_t w = 0; w < 3; w++) {
+        size_t in = k->head > 8 * w ? k->head - 8 * w : 0;
+        k->nm_mask[w] = in >= 8 ? ~0ull : in ? ~0ull >> (64 - 8 * in) : 0;
+        uint64_t v;
+        memcpy(&v, k->snap.name + 8 * w, 8);
+        k->nm_want[w] = v & k->nm_mask[w];
+    }
+}
+
+/* h's name is not k's (R28: a changed handler) */
+static inline int name_changed(const known *k, const np_handler *h)
+{
+    if (__builtin_expect(k->head > 24, 0))
+        return memcmp(k->snap.name, h->name, k->head < sizeof h->name ? k->head : sizeof h->name);
+    uint64_t v[3];
+    memcpy(v, h->name, sizeof v);
+    return (((v[0] & k->nm_mask[0]) ^ k->nm_want[0]) | ((v[1] & k->nm_mask[1]) ^ k->nm_want[1]) |
+            ((v[2] & k->nm_mask[2]) ^ k->nm_want[2])) != 0;
+}
+
 /* First sight of a handler: remember it as it is now. `refresh`: it is
  * being installed, so what is there now is the handler (an address may
  * be reused by a new handler after the old one was freed). */
@@ -159,7 +186,7 @@ static void remember_as(const np_handler *h, int refresh)
     known *k = known_of(h);
     if (k && refresh && !k->gone) {
         memcpy(&k->snap, h, sizeof *h);
-        k->head = head_of(h);
+        set_head(k);
         k->ctx_freed = k->freed = 0;
         watch_ctx(h->allocator.ctx);
     } else if (!k && nhandlers < MAX_HANDLERS) {
@@ -168,7 +195,7 @@ static void remember_as(const np_handler *h, int refresh)
         handlers[nhandlers].gone = 0;
         handlers[nhandlers].ctx_freed = 0;
         handlers[nhandlers].freed = 0;
-        handlers[nhandlers].head = head_of(h);
+        set_head(&handlers[nhandlers]);
         watch_ctx(h->allocator.ctx);
         watch_ctx(h); /* a heap handler's own free() (see note_ctx_free) */
         /* names that say what memory they hand out */
@@ -195,7 +222,7 @@ static void forget(const np_handler *h)
 
 void cs_np_new_handler(const void *handler)
 {
-    cs_np_cur_handler = handler;
+    cs_np_cur.handler = handler;
     if (handler && cs_plausible(handler))
         remember(handler);
 }
@@ -216,23 +243,26 @@ static uint32_t allocator_fp(const np_handler *h)
 /* the last handler an alloc went through on this thread, its allocator's
  * words as they were then (a loop allocates through the same one: five
  * compares, no hash) and their value */
-static __thread const np_handler *fp_h __attribute__((tls_model("initial-exec")));
-static __thread uint64_t fp_words[5] __attribute__((tls_model("initial-exec")));
-static __thread uint32_t fp_last __attribute__((tls_model("initial-exec")));
+static __thread struct { /* one thread-local struct: one GOT load reaches it all */
+    const np_handler *h;
+    uint64_t words[5];
+    uint32_t last;
+} fp_c __attribute__((tls_model("initial-exec")));
 
 /* h is the handler the last alloc went through, its allocator unchanged */
 static inline int fp_known(const np_handler *h)
 {
-    _Static_assert(sizeof h->allocator == sizeof fp_words, "ctx and four functions");
+    _Static_assert(sizeof h->allocator == sizeof fp_c.words, "ctx and four functions");
     const uint64_t *w = (const uint64_t *)&h->allocator;
-    return h == fp_h && !((w[0] ^ fp_words[0]) | (w[1] ^ fp_words[1]) | (w[2] ^ fp_words[2]) |
-                          (w[3] ^ fp_words[3]) | (w[4] ^ fp_words[4]));
+    const uint64_t *c = fp_c.words;
+    return h == fp_c.h &&
+           !((w[0] ^ c[0]) | (w[1] ^ c[1]) | (w[2] ^ c[2]) | (w[3] ^ c[3]) | (w[4] ^ c[4]));
 }
 
 /* h's allocator value for a free: the last alloc's while unchanged */
 static inline uint32_t free_fp(const np_handler *h)
 {
-    return __builtin_expect(fp_known(h), 1) ? fp_last : allocator_fp(h);
+    return __builtin_expect(fp_known(h), 1) ? fp_c.last : allocator_fp(h);
 }
 
 /* An alloc through h, which numpy just read: its allocator's value. A
@@ -241,11 +271,11 @@ static inline uint32_t free_fp(const np_handler *h)
 static uint32_t alloc_state(const np_handler *h)
 {
     if (__builtin_expect(fp_known(h), 1))
-        return fp_last;
+        return fp_c.last;
     uint32_t fp = allocator_fp(h);
-    fp_h = h;
-    fp_last = fp;
-    memcpy(fp_words, &h->allocator, sizeof fp_words);
+    fp_c.h = h;
+    fp_c.last = fp;
+    memcpy(fp_c.words, &h->allocator, sizeof fp_c.words);
     hmu_lock();
     known *k = known_of(h);
     if (k && !k->gone && !k->freed &&
@@ -272,9 +302,7 @@ static inline __attribute__((always_inline)) uint32_t staleness_locked(const np_
         why = CS_STALE_UNLOADED;
     else if (k && k->freed) /* reading it would be a use-after-free */
         why = CS_STALE_CHANGED;
-    else if (k && (k->snap.version != h->version ||
-                   memcmp(k->snap.name, h->name, k->head < sizeof h->name ? k->head
-                                                                          : sizeof h->name)))
+    else if (k && (k->snap.version != h->version || name_changed(k, h)))
         why = CS_STALE_CHANGED;
     else if (k && k->ctx_freed)
         why = CS_STALE_CTX_FREED;
@@ -283,9 +311,11 @@ static inline __attribute__((always_inline)) uint32_t staleness_locked(const np_
 
 /* the handler the last free on this thread went through, its entry, and
  * the generation of the handler list it was looked up in */
-static __thread const np_handler *st_h __attribute__((tls_model("initial-exec")));
-static __thread known *st_k __attribute__((tls_model("initial-exec")));
-static __thread unsigned st_gen __attribute__((tls_model("initial-exec")));
+static __thread struct {
+    const np_handler *h;
+    known *k;
+    unsigned gen;
+} st_c __attribute__((tls_model("initial-exec")));
 
 static uint32_t staleness(const np_handler *h)
 {
@@ -294,8 +324,8 @@ static uint32_t staleness(const np_handler *h)
     /* the same handler as this thread's last free, and no entry changed
      * since (checked again after reading it): no lock, no lookup */
     unsigned g = atomic_load_explicit(&handlers_gen, memory_order_acquire);
-    if (h == st_h && g == st_gen && !(g & 1)) {
-        uint32_t why = staleness_locked(h, &st_k);
+    if (h == st_c.h && g == st_c.gen && !(g & 1)) {
+        uint32_t why = staleness_locked(h, &st_c.k);
         atomic_thread_fence(memory_order_acquire);
         if (atomic_load_explicit(&handlers_gen, memory_order_relaxed) == g)
             return why;
@@ -303,9 +333,9 @@ static uint32_t staleness(const np_handler *h)
     cs_spin_lock(&hmu);
     known *k = known_of(h);
     uint32_t why = staleness_locked(h, &k);
-    st_h = h;
-    st_k = k;
-    st_gen = atomic_load_explicit(&handlers_gen, memory_order_relaxed);
+    st_c.h = h;
+    st_c.k = k;
+    st_c.gen = atomic_load_explicit(&handlers_gen, memory_order_relaxed);
     cs_spin_unlock(&hmu);
     return why;
 }
@@ -392,9 +422,11 @@ static PyObject_ *numpy_allocator_var; /* numpy's "current_allocator" */
  * Track of another function lies 70 bytes past an Untrack (2.4's legacy
  * PyDataMem_FREE, then PyDataMem_RENEW's Track; both without a handler). */
 #define RENEW_SPAN 64
-static __thread uintptr_t renew_site __attribute__((tls_model("initial-exec")));
-static __thread const np_handler *renew_h __attribute__((tls_model("initial-exec")));
-static __thread const void *renew_cap __attribute__((tls_model("initial-exec")));
+static __thread struct {
+    uintptr_t site;
+    const np_handler *h;
+    const void *cap;
+} renew_c __attribute__((tls_model("initial-exec")));
 
 static const np_handler *take_handler(const void **cap, uintptr_t site, int is_track)
 {
@@ -403,14 +435,14 @@ static const np_handler *take_handler(const void **cap, uintptr_t site, int is_t
     if (cur_fresh) {
         h = cur_handler;
         *cap = cur_cap;
-    } else if (is_track && site - renew_site - 1 < RENEW_SPAN) {
-        h = renew_h;
-        *cap = renew_cap;
+    } else if (is_track && site - renew_c.site - 1 < RENEW_SPAN) {
+        h = renew_c.h;
+        *cap = renew_c.cap;
     }
     cur_fresh = 0;
-    renew_site = is_track ? 0 : site;
-    renew_h = h;
-    renew_cap = *cap;
+    renew_c.site = is_track ? 0 : site;
+    renew_c.h = h;
+    renew_c.cap = *cap;
     return h;
 }
 
@@ -757,16 +789,23 @@ static void note_ctx_free(uintptr_t p)
 
 /* Every free() of every patched object: the checks that concern any
  * block, a few loads each. */
-static inline __attribute__((always_inline)) int free_checks(void *p)
+/* past dataguard's filter: a consumed tensor's data, a handler's ctx */
+static __attribute__((noinline)) void free_watched(uintptr_t a)
 {
-    uintptr_t a = (uintptr_t)p;
-    cs_frees++;
-    cs_dg_check(a, CS_FREED_LIBC); /* a consumed tensor's data (dataguard.c) */
+    cs_dg_check_slow(a, CS_FREED_LIBC); /* a consumed tensor's data (dataguard.c) */
     unsigned b = ctx_bit(a);
     /* free(NULL) frees nothing: a handler whose ctx is NULL (numpy's
      * default) is not stale because another ctx shares NULL's filter bit */
     if ((atomic_load_explicit(&ctx_bits[b >> 6], memory_order_relaxed) & (1ull << (b & 63))) && a)
         note_ctx_free(a);
+}
+
+static inline __attribute__((always_inline)) int free_checks(void *p)
+{
+    uintptr_t a = (uintptr_t)p;
+    cs_frees++;
+    if (cs_dg_hit(a))
+        free_watched(a);
     /* a released managed struct: its free waits (quarantine.c) */
     return cs_qr_take(p, CS_FREED_LIBC);
 }

@@ -16,15 +16,17 @@ int cs_numpy_init(void);
  * PyDataMem_NEW/FREE, void scalars through its small-block cache and old
  * extensions, track blocks without reading a handler first). Inline: numpy
  * reads its handler twice an array. */
-extern __thread const void *cs_np_cur_cap __attribute__((tls_model("initial-exec")));
-extern __thread const void *cs_np_cur_handler __attribute__((tls_model("initial-exec")));
-extern __thread int cs_np_cur_fresh __attribute__((tls_model("initial-exec")));
+typedef struct cs_np_cur_t {
+    const void *cap, *handler;
+    int fresh;
+} cs_np_cur_t;
+extern __thread cs_np_cur_t cs_np_cur __attribute__((tls_model("initial-exec")));
 void cs_np_new_handler(const void *handler); /* another than this thread's last */
 static inline void cs_np_note_handler(const void *cap, const void *handler)
 {
-    cs_np_cur_cap = cap;
-    cs_np_cur_fresh = 1;
-    if (handler != cs_np_cur_handler)
+    cs_np_cur.cap = cap;
+    cs_np_cur.fresh = 1;
+    if (handler != cs_np_cur.handler)
         cs_np_new_handler(handler);
 }
 /* A managed struct just exported as a CPU tensor: if its data came from

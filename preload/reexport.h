@@ -19,8 +19,7 @@ static inline void cs_dl_reexport_check(const cs_loan *l, uint32_t stack)
 {
     const char *t = (const char *)l->mt + (l->versioned ? CS_DLV_TENSOR_OFF : 0);
     uint64_t start = l->data + *(const uint64_t *)(t + CS_DL_BYTE_OFFSET_OFF);
-    if (__builtin_expect(atomic_load_explicit(&cs_dg_pages[cs_dg_page((uintptr_t)(start >> CS_DG_GRAIN))],
-                                              memory_order_relaxed) != 0, 0))
+    if (cs_dg_hit((uintptr_t)start))
         cs_dl_reexport_slow(l, start, stack);
 }
 
