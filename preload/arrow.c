@@ -5,6 +5,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "capsan.h"
 #include "names.h"
@@ -86,8 +87,11 @@ static ar_rec *rec_alloc(int type)
         free_list = r->next_free;
     cs_spin_unlock(&pool_mu);
     if (!r) {
-        ar_rec *c = calloc(CHUNK, sizeof *c); /* never given back: stale copies may read it */
-        if (!c)
+        /* never given back (stale copies may read it): pages the kernel
+         * zeroes, touched as records are handed out, not cleared here */
+        ar_rec *c = mmap(NULL, CHUNK * sizeof *c, PROT_READ | PROT_WRITE,
+                         MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (c == MAP_FAILED)
             return NULL;
         cs_spin_lock(&pool_mu);
         if (nchunks == capchunks) {

@@ -246,6 +246,8 @@ int cs_ending_finish(int how, int status)
         size_t n = cs_lc_live_keys(cs_lc, CS_NS_NUMPY, &keys);
         if (n)
             cs_roots_scan(keys, n, note_reachable, NULL);
+        if (keys) /* a stale copy of a key in freed memory is a root */
+            memset(keys, 0, n * sizeof *keys);
         free(keys);
     }
     if ((how == CS_END_EXIT || how == CS_END_QUICK_EXIT) && cs_lc)
