@@ -1,6 +1,7 @@
 /* The object table (see objtable.h): stripes, their locks, entries,
  * tombstones, histories and live totals. */
 #include "objtable.h"
+#include "growclean.h"
 
 #include <linux/membarrier.h>
 #include <pthread.h>
@@ -161,9 +162,7 @@ static int ot_grow(stripe *st)
     }
     /* freed memory keeps its bytes: the keys in it would pass for
      * references to live objects in the leak scan at exit (reach.c) */
-    if (st->tab)
-        memset(st->tab, 0, st->cap * sizeof *st->tab);
-    free(st->tab);
+    cs_free_clean(st->tab, st->cap * sizeof *st->tab);
     st->tab = nt;
     st->cap = ncap;
     return 0;
@@ -429,7 +428,7 @@ void ot_keep_at_shutdown(cs_lifecycle *lc, uint64_t data)
     cs_spin_lock(&lc->kept_mu);
     if (lc->nkept == lc->capkept) {
         size_t nc = lc->capkept ? lc->capkept * 2 : 64;
-        uint64_t *n = realloc(lc->kept, nc * sizeof *n);
+        uint64_t *n = cs_grow_clean(lc->kept, lc->nkept * sizeof *n, nc * sizeof *n);
         if (n) {
             lc->kept = n;
             lc->capkept = nc;
@@ -529,7 +528,7 @@ int ot_room_for_one(void *v, size_t n, size_t *cap, size_t elem)
     if (n < *cap)
         return 1;
     size_t nc = *cap ? *cap * 2 : 64;
-    void *nb = realloc(*(void **)v, nc * elem);
+    void *nb = cs_grow_clean(*(void **)v, n * elem, nc * elem);
     if (!nb)
         return 0;
     *(void **)v = nb;

@@ -21,6 +21,7 @@
 #include "scan.h"
 #include "tracefile.h"
 #include "young.h"
+#include "growclean.h"
 
 static char self_path[512];
 static atomic_int stopped; /* cs_ending_stopped: capsan.stop() was called */
@@ -146,8 +147,7 @@ static int scope_leaks(uint64_t since_ns, int arrow)
         }
         cs_findings_flush();
     }
-    memset(keys, 0, n * sizeof *keys);
-    free(keys);
+    cs_free_clean(keys, n * sizeof *keys);
     free(f.found);
     return reported;
 }
@@ -171,10 +171,8 @@ static void scan_at_quick_exit(void)
                 keys[k++] = v;
         }
         /* freed memory keeps its bytes: a stale copy of a key is a root */
-        memset(np, 0, nn * sizeof *np);
-        memset(dl, 0, nd * sizeof *dl);
-        free(np);
-        free(dl);
+        cs_free_clean(np, nn * sizeof *np);
+        cs_free_clean(dl, nd * sizeof *dl);
         np = dl = NULL;
         cs_scan_process(keys, k, NULL, 0, note_reachable_any, NULL);
     }
@@ -246,9 +244,7 @@ int cs_ending_finish(int how, int status)
         size_t n = cs_lc_live_keys(cs_lc, CS_NS_NUMPY, &keys);
         if (n)
             cs_roots_scan(keys, n, note_reachable, NULL);
-        if (keys) /* a stale copy of a key in freed memory is a root */
-            memset(keys, 0, n * sizeof *keys);
-        free(keys);
+        cs_free_clean(keys, n * sizeof *keys); /* a stale key in freed memory is a root */
     }
     if ((how == CS_END_EXIT || how == CS_END_QUICK_EXIT) && cs_lc)
         scan_arrow_at_end(how);

@@ -13,6 +13,7 @@
 #include "spin.h"
 #include "thread.h"
 #include "young.h"
+#include "growclean.h"
 
 /* PyMethodDef */
 typedef struct method_def {
@@ -36,7 +37,7 @@ static void note_in(uint64_t key, int ns, uint64_t where, uint32_t thread, unsig
     cs_spin_lock(&mu);
     if (nheld == capheld) {
         size_t cap = capheld ? capheld * 2 : 64;
-        cs_exit_held *t = realloc(held, cap * sizeof *t);
+        cs_exit_held *t = cs_grow_clean(held, nheld * sizeof *t, cap * sizeof *t);
         if (!t) {
             cs_spin_unlock(&mu);
             return;
@@ -250,9 +251,8 @@ static PyObject_ *at_exit(PyObject_ *self, PyObject_ *unused)
             cs_py.DecRef(dicts[i]);
         free(dicts);
     }
-    if (w.keys) /* freed memory keeps its bytes: no stale copy of a key */
-        memset(w.keys, 0, w.n * sizeof *w.keys);
-    free(w.keys), free(w.ns), free(w.found);
+    cs_free_clean(w.keys, w.n * sizeof *w.keys); /* no stale copy of a key */
+    free(w.ns), free(w.found);
     if (t)
         t->busy = 0;
     cs_py.IncRef(cs_py.None_);

@@ -19,6 +19,7 @@
 #include "stack.h"
 #include "suppress.h"
 #include "tracefile.h"
+#include "growclean.h"
 
 /* initial-exec: the default model would call __tls_get_addr per event */
 static __thread cs_finding *pending __attribute__((tls_model("initial-exec")));
@@ -61,7 +62,7 @@ void cs_findings_cb(void *ud, const cs_finding *f)
     atomic_fetch_add_explicit(&n_judged, 1, memory_order_relaxed);
     if (cs_findings_npending == cappending) {
         unsigned ncap = cappending ? cappending * 2 : 4;
-        cs_finding *n = realloc(pending, ncap * sizeof *n);
+        cs_finding *n = cs_grow_clean(pending, cs_findings_npending * sizeof *n, ncap * sizeof *n);
         if (!n)
             return;
         pending = n;
@@ -192,7 +193,7 @@ static void flush(int grouped)
         cs_summary_add(&summary, &pending[i]);
         if (nlog == caplog && caplog < LOG_MAX) {
             unsigned nc = caplog ? caplog * 2 : 64;
-            cs_finding *nb = realloc(logbuf, nc * sizeof *nb);
+            cs_finding *nb = cs_grow_clean(logbuf, nlog * sizeof *nb, nc * sizeof *nb);
             if (nb) {
                 logbuf = nb;
                 caplog = nc;

@@ -28,6 +28,7 @@
 #include "options.h"
 #include "tracefile.h"
 #include "young_int.h"
+#include "growclean.h"
 
 static young *all;
 static cs_lifecycle *lc; /* the lifecycle the blocks move to */
@@ -307,8 +308,7 @@ static void thread_gone(cs_thread *t)
     t->young = NULL;
     /* freed memory keeps its bytes: the addresses in it would pass for
      * references to the objects just adopted in the leak scan at exit */
-    memset(y, 0, sizeof *y);
-    free(y);
+    cs_free_clean(y, sizeof *y);
 }
 
 /* the lifecycle's totals and event count, with what is judged here. Also

@@ -264,16 +264,16 @@ int cs_young_dl(cs_thread *t, cs_event *ev, cs_event *origin, int *found)
 
 /* ---- moving tensors to the lifecycle ---- */
 
-typedef struct finding_key {
+typedef struct wanted {
     uint64_t key;
     int live;          /* found live (and adopted) */
     const young *best; /* else: the thread with its latest released life */
     uint64_t best_t;
-} finding_key;
+} wanted;
 
 static void look(young *y, void *ud)
 {
-    finding_key *f = ud;
+    wanted *f = ud;
     dl_young *d = &y->dl;
     unsigned i = young_place(f->key, DLY_BITS), k = young_place(f->key, DLG_BITS);
     if (f->live)
@@ -290,7 +290,7 @@ static void look(young *y, void *ud)
 
 static void take_best(young *y, void *ud)
 {
-    finding_key *f = ud;
+    wanted *f = ud;
     unsigned k = young_place(f->key, DLG_BITS);
     if (y == f->best && y->dl.gone_n[k] && y->dl.gone[k][0].obj == f->key)
         adopt_gone(&y->dl, k);
@@ -300,7 +300,7 @@ void cs_young_dl_adopt_slow(uint64_t key)
 {
     if (!enabled || !key)
         return;
-    finding_key f = {.key = key};
+    wanted f = {.key = key};
     young_each(look, &f);
     if (!f.live && f.best)
         young_each(take_best, &f);

@@ -69,6 +69,12 @@ RUNS = {
     "np_nogil": ("np_nogil_numpy.py", [], ""),
     "fork": ("clean_fork.py", [], "record_all=1"),
     "killed": ("dl_killed.py", [], "protect=1"),   # SIGKILLed: no END record
+    # tensors judged on their thread (young_dl.c) that leave it: a leak on
+    # a thread that ended, a double delete among clean exchanges, a loan
+    # released on another thread
+    "thread_leak": ("dl_threads.py", ["leak"], ""),
+    "thread_double": ("dl_threads.py", ["double"], "protect=1"),
+    "thread_mutated": ("dl_threads.py", ["mutated"], ""),
     # several findings of a kind, from one stack and from others: leak
     # groups, max_findings, --gen-suppressions' distinct lines
     "many": ("inline:many", [], "protect=1:max_findings=4"),
