@@ -61,19 +61,19 @@ static inline const capsule_obj *direct(PyObject_ *cap)
     return t && c && c->type == t ? c : NULL;
 }
 
-static cs_capsule_dtor cap_destructor(PyObject_ *cap)
+static inline __attribute__((always_inline)) cs_capsule_dtor cap_destructor(PyObject_ *cap)
 {
     const capsule_obj *c = direct(cap);
     return c ? c->destructor : cs_py.Capsule_GetDestructor(cap);
 }
 
-static const char *cap_name(PyObject_ *cap)
+static inline __attribute__((always_inline)) const char *cap_name(PyObject_ *cap)
 {
     const capsule_obj *c = direct(cap);
     return c ? c->name : cs_py.Capsule_GetName(cap);
 }
 
-static void *cap_pointer(PyObject_ *cap, const char *name)
+static inline __attribute__((always_inline)) void *cap_pointer(PyObject_ *cap, const char *name)
 {
     const capsule_obj *c = direct(cap);
     return c ? c->pointer : cs_py.Capsule_GetPointer(cap, name);
