@@ -87,7 +87,7 @@ static void scan_arrow_at_end(int how)
                                         : cs_lc_live_keys(cs_lc, CS_NS_ARROW, &keys);
     if (n)
         cs_scan_process(keys, n, NULL, 0, note_arrow_reachable, NULL);
-    free(keys);
+    cs_free_clean(keys, n * sizeof *keys);
 }
 
 /* ---- API mode: a scope's unreleased tensors ---- */
@@ -175,6 +175,8 @@ static void scan_at_quick_exit(void)
         cs_free_clean(dl, nd * sizeof *dl);
         np = dl = NULL;
         cs_scan_process(keys, k, NULL, 0, note_reachable_any, NULL);
+        cs_free_clean(keys, k * sizeof *keys);
+        keys = NULL;
     }
     free(np);
     free(dl);

@@ -31,6 +31,7 @@
 #include "spin.h"
 #include "stack.h"
 #include "young.h"
+#include "growclean.h"
 
 #define NPY_TRACE_DOMAIN 389047u
 #define API_SET_HANDLER 304
@@ -1035,6 +1036,6 @@ size_t capsan_handler_live(PyObject_ *handler, uint64_t *out, size_t max)
     size_t n = cs_lc_live_from(cs_lc, CS_NS_NUMPY, (uint64_t)(uintptr_t)&t->h, &keys);
     if (out)
         memcpy(out, keys, (n < max ? n : max) * sizeof *keys);
-    free(keys);
+    cs_free_clean(keys, n * sizeof *keys); /* a stale key in freed memory is a root at exit */
     return n;
 }

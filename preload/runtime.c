@@ -145,12 +145,13 @@ unsigned cs_emit(cs_event *ev, int want_stack, cs_event *origin, int *found)
 {
     if (found)
         *found = 0;
+    int dlpack = ns_of(ev) == CS_NS_DLPACK;
     cs_thread *t = emit_begin(ev, want_stack);
     if (!t) {
         /* not recording (or capsan's own call): still answer the lookup
          * a trampoline needs to forward its call */
         if (origin && cs_lc) {
-            if (ns_of(ev) == CS_NS_DLPACK)
+            if (dlpack)
                 cs_young_dl_adopt(ev->obj);
             cs_lc_lock(cs_lc, ev->obj);
             *found = cs_lc_origin(cs_lc, ns_of(ev), ev->obj, origin);
@@ -160,7 +161,7 @@ unsigned cs_emit(cs_event *ev, int want_stack, cs_event *origin, int *found)
         }
         return 0;
     }
-    if (ns_of(ev) == CS_NS_DLPACK) {
+    if (dlpack) {
         if (cs_young_dl(t, ev, origin, found)) { /* judged on this thread */
             emit_end(t, ev);
             return 0;

@@ -38,9 +38,6 @@ static int enabled;
 static _Atomic uint64_t gone_events;
 static _Atomic int64_t gone_born, gone_dl_born;
 
-static inline unsigned place(uint64_t p, unsigned bits) { return young_place(p, bits); }
-static inline void add(int64_t *v, int64_t d) { young_add(v, d); }
-static inline void count_events(young *y, int64_t d) { young_count(&y->events, d); }
 
 void young_each(void (*fn)(young *y, void *ud), void *ud)
 {
@@ -89,24 +86,37 @@ static inline void clear_slot(young *y, unsigned i)
         atomic_store_explicit((_Atomic uint64_t *)&y->slots[i].obj, 0, memory_order_release);
 }
 
-static unsigned judge(const cs_event *ev)
+void young_replay(cs_lifecycle *to, const cs_event *e, int n)
 {
-    cs_lc_lock(lc, ev->obj);
-    unsigned v = cs_lc_event(lc, ev);
-    cs_lc_unlock(lc, ev->obj);
-    return v;
+    cs_lc_lock(to, e[0].obj);
+    for (int k = 0; k < n; k++)
+        cs_lc_event(to, &e[k]);
+    cs_lc_unlock(to, e[0].obj);
+}
+
+void young_replay_released(cs_lifecycle *to, int ns, const cs_event *e, int n)
+{
+    cs_event origin;
+    cs_lc_lock(to, e[0].obj);
+    if (!(cs_lc_origin(to, ns, e[0].obj, &origin) && origin.time_ns > e[n - 1].time_ns)) {
+        cs_live_replaying = 1; /* dead: no crash-safe slot */
+        for (int k = 0; k < n; k++)
+            cs_lc_event(to, &e[k]);
+        cs_live_replaying = 0;
+    }
+    cs_lc_unlock(to, e[0].obj);
 }
 
 /* the live block at place i goes to the lifecycle (y->mu held) */
 static void adopt_live(young *y, unsigned i)
 {
     cs_event *e = &y->blk[i];
-    judge(e);
+    young_replay(lc, e, 1);
     clear_slot(y, i);
-    add(&y->live, -1);
-    add(&y->live_bytes, -(int64_t)e->a);
-    add(&y->born, -1);
-    count_events(y, -1);
+    young_add(&y->live, -1);
+    young_add(&y->live_bytes, -(int64_t)e->a);
+    young_add(&y->born, -1);
+    young_count(&y->events, -1);
     e->obj = 0;
 }
 
@@ -114,19 +124,9 @@ static void adopt_live(young *y, unsigned i)
  * that address (y->mu held) */
 static void adopt_gone(young *y, cs_event *g)
 {
-    cs_event origin;
-    cs_lc_lock(lc, g[0].obj);
-    int newer = cs_lc_origin(lc, CS_NS_NUMPY, g[0].obj, &origin) &&
-                origin.time_ns > g[1].time_ns;
-    if (!newer) {
-        cs_live_replaying = 1;
-        cs_lc_event(lc, &g[0]);
-        cs_lc_event(lc, &g[1]);
-        cs_live_replaying = 0;
-    }
-    cs_lc_unlock(lc, g[0].obj);
-    add(&y->born, -1);
-    count_events(y, -2);
+    young_replay_released(lc, CS_NS_NUMPY, g, 2);
+    young_add(&y->born, -1);
+    young_count(&y->events, -2);
     g[0].obj = 0;
 }
 
@@ -155,13 +155,13 @@ int cs_young_alloc(cs_thread *t, cs_event *ev)
     if (!y)
         return 0;
     cs_spin_lock(&y->mu);
-    unsigned i = place(ev->obj, YOUNG_BITS);
+    unsigned i = young_place(ev->obj, YOUNG_BITS);
     cs_event *e = &y->blk[i];
     if (e->obj == ev->obj) {
         /* tracked again without a free (numpy's realloc in place): the
          * old block is gone, as the lifecycle says of a missed free */
-        add(&y->live, -1);
-        add(&y->live_bytes, -(int64_t)e->a);
+        young_add(&y->live, -1);
+        young_add(&y->live_bytes, -(int64_t)e->a);
     } else if (atomic_load_explicit(&cs_lc_np_live[cs_lc_np_live_at(ev->obj)],
                                     memory_order_relaxed)) {
         /* the table may hold a live block there (a long-lived one moved
@@ -176,10 +176,10 @@ int cs_young_alloc(cs_thread *t, cs_event *ev)
     cs_live_slot *s = slots_of(y);
     if (s)
         cs_live_fill(&s[i], e, e->a);
-    add(&y->live, 1);
-    add(&y->live_bytes, (int64_t)ev->a);
-    add(&y->born, 1);
-    count_events(y, 1);
+    young_add(&y->live, 1);
+    young_add(&y->live_bytes, (int64_t)ev->a);
+    young_add(&y->born, 1);
+    young_count(&y->events, 1);
     cs_spin_unlock(&y->mu);
     return 1;
 }
@@ -190,21 +190,21 @@ int cs_young_free(cs_thread *t, cs_event *ev)
     if (!y)
         return 0;
     cs_spin_lock(&y->mu);
-    unsigned i = place(ev->obj, YOUNG_BITS);
+    unsigned i = young_place(ev->obj, YOUNG_BITS);
     cs_event *e = &y->blk[i];
     if (e->obj != ev->obj || cs_np_free_stale(e, ev)) {
         cs_spin_unlock(&y->mu);
         return 0;
     }
     ev->time_ns = cs_now_ns();
-    cs_event *g = y->gone[place(ev->obj, GONE_BITS)];
+    cs_event *g = y->gone[young_place(ev->obj, GONE_BITS)];
     g[0] = *e;
     g[1] = *ev;
     clear_slot(y, i);
     e->obj = 0;
-    add(&y->live, -1);
-    add(&y->live_bytes, -(int64_t)g[0].a);
-    count_events(y, 1);
+    young_add(&y->live, -1);
+    young_add(&y->live_bytes, -(int64_t)g[0].a);
+    young_count(&y->events, 1);
     cs_spin_unlock(&y->mu);
     return 1;
 }
@@ -213,7 +213,7 @@ void cs_young_adopt(uint64_t key)
 {
     if (!enabled || !key || !atomic_load_explicit((_Atomic(young *) *)&all, memory_order_relaxed))
         return;
-    unsigned i = place(key, YOUNG_BITS), k = place(key, GONE_BITS);
+    unsigned i = young_place(key, YOUNG_BITS), k = young_place(key, GONE_BITS);
     young *best = NULL;
     uint64_t best_t = 0;
     int live = 0;
@@ -246,17 +246,16 @@ static void flush_locked(young *y)
     cs_young_dl_flush_locked(y, 0);
 }
 
+static void flush_one(young *y, void *ud)
+{
+    (void)ud;
+    flush_locked(y);
+}
+
 void cs_young_flush(void)
 {
-    if (!enabled)
-        return;
-    cs_spin_lock(&all_mu);
-    for (young *y = all; y; y = y->next) {
-        cs_spin_lock(&y->mu);
-        flush_locked(y);
-        cs_spin_unlock(&y->mu);
-    }
-    cs_spin_unlock(&all_mu);
+    if (enabled)
+        young_each(flush_one, NULL);
 }
 
 void cs_young_fork_lock(int lock)

@@ -92,10 +92,7 @@ static void adopt_live(dl_young *d, unsigned i)
     young_count(&d->events, -n);
     bump(ylive, e[0].obj, -1);
     bump(cs_young_dl_held, e[0].obj, -1);
-    cs_lc_lock(lc, e[0].obj);
-    for (int k = 0; k < n; k++)
-        cs_lc_event(lc, &e[k]);
-    cs_lc_unlock(lc, e[0].obj);
+    young_replay(lc, e, n);
 }
 
 /* the released tensor at place k goes to the lifecycle, unless it holds a
@@ -108,17 +105,7 @@ static void adopt_gone(dl_young *d, unsigned k)
     young_add(&d->born, -1);
     young_count(&d->events, -n);
     bump(cs_young_dl_held, g[0].obj, -1);
-    cs_event origin;
-    cs_lc_lock(lc, g[0].obj);
-    int newer = cs_lc_origin(lc, CS_NS_DLPACK, g[0].obj, &origin) &&
-                origin.time_ns > g[n - 1].time_ns;
-    if (!newer) {
-        cs_live_replaying = 1;
-        for (int e = 0; e < n; e++)
-            cs_lc_event(lc, &g[e]);
-        cs_live_replaying = 0;
-    }
-    cs_lc_unlock(lc, g[0].obj);
+    young_replay_released(lc, CS_NS_DLPACK, g, n);
 }
 
 static inline int held_live(uint64_t key)

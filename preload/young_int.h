@@ -72,6 +72,12 @@ static inline void young_count(uint64_t *events, int64_t d)
     __atomic_store_n(events, *events + (uint64_t)d, __ATOMIC_RELAXED);
 }
 
+/* e[0..n) judged by the lifecycle `to` now, as they came (one life's
+ * events, under its stripe's lock) */
+void young_replay(cs_lifecycle *to, const cs_event *e, int n);
+/* The same for a released life (e[n-1] its release), unless `to` holds a
+ * newer life of that address; it takes no crash-safe slot (livestate.h) */
+void young_replay_released(cs_lifecycle *to, int ns, const cs_event *e, int n);
 /* n slots of a LIVE record of the thread's own in a trace file newer than
  * generation *gen (a forked child's file is another): *gen, *slots set */
 cs_live_slot *young_slots_new(uint32_t *gen, cs_live_slot **slots, uint32_t n);
