@@ -234,6 +234,8 @@ typedef struct cs_lc_totals {
     int64_t born_arrow;              /* every Arrow struct exported (stream chunks included) */
 } cs_lc_totals;
 void cs_lc_totals_get(cs_lifecycle *lc, cs_lc_totals *out);
+/* The same and the events judged so far (cs_lc_events), in one pass. */
+void cs_lc_tally(cs_lifecycle *lc, cs_lc_totals *out, uint64_t *events);
 /* Objects the runtime judges outside the table (young.c, young_dl.c:
  * NumPy blocks and DLPack tensors still on the thread that made them), added to cs_lc_totals_get and
  * cs_lc_events: their live and born counts and the events judged there.

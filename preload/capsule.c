@@ -90,6 +90,8 @@ static inline __attribute__((always_inline)) void *cap_pointer(PyObject_ *cap, c
  * check still tells a stub of capsan's, and the DLPack body knows nothing
  * of Arrow. */
 #define NSTUBS 64
+/* (the bodies are `used`: only the stubs' asm calls them, and the link
+ * time optimizer sees no asm) */
 void cs_capsule_dtor_body(PyObject_ *cap, unsigned k);
 void cs_ar_capsule_dtor_body(PyObject_ *cap, unsigned k);
 extern const char cs_dtor_stubs[] __attribute__((visibility("hidden")));
@@ -104,6 +106,7 @@ extern const char cs_dtor_stubs[] __attribute__((visibility("hidden")));
     ".endr\n"
 __asm__(".text\n"
         ".p2align 4\n"
+        ".globl cs_dtor_stubs\n" /* global: LTO may put its users in another partition */
         ".hidden cs_dtor_stubs\n"
         "cs_dtor_stubs:\n"
         CS_STUBS("cs_capsule_dtor_body")
@@ -240,13 +243,13 @@ static void arrow_dtor(PyObject_ *cap, cs_capsule_dtor orig, cs_thread *t, void 
 }
 
 /* Arrow's stub k's body: an Arrow capsule is dying, whatever its name now */
-void cs_ar_capsule_dtor_body(PyObject_ *cap, unsigned k)
+__attribute__((used)) void cs_ar_capsule_dtor_body(PyObject_ *cap, unsigned k)
 {
     cs_capsule_dtor orig = k < NSTUBS ? dtors[k] : NULL;
     arrow_dtor(cap, orig, cs_thread_get(), cap_pointer(cap, cap_name(cap)));
 }
 
-void cs_capsule_dtor_body(PyObject_ *cap, unsigned k)
+__attribute__((used)) void cs_capsule_dtor_body(PyObject_ *cap, unsigned k)
 {
     cs_capsule_dtor orig = k < NSTUBS ? dtors[k] : NULL;
     cs_thread *t = cs_thread_get();
@@ -543,12 +546,12 @@ static const char *np_handler_name;
 static inline __attribute__((always_inline)) void *get_pointer(PyObject_ *cap, const char *name,
                                                               const void *site)
 {
-    cs_check_gil(site, CS_NOGIL_CAPSULE);
+    unsigned g = cs_check_gil(site, CS_NOGIL_CAPSULE);
     void *p = cs_py.Capsule_GetPointer(cap, name);
     int nk;
     if (name && name[0] == 'm' && eq(name, "mem_handler")) {
         /* numpy reads the handler right before it allocates or frees */
-        cs_np_note_handler(cap, p);
+        cs_np_note_handler(cap, p, g);
         return p;
     }
     if (!p || !cs_recording || (nk = name_kind(name)) == NK_NONE || nk == NK_NPDL)
@@ -608,9 +611,9 @@ static void *hook_np_GetPointer(PyObject_ *cap, const char *name)
 {
     if (__builtin_expect(name != np_handler_name || !name, 0))
         return np_get_pointer(cap, name, __builtin_return_address(0));
-    cs_check_gil(__builtin_return_address(0), CS_NOGIL_CAPSULE);
+    unsigned g = cs_check_gil(__builtin_return_address(0), CS_NOGIL_CAPSULE);
     void *p = cs_py.Capsule_GetPointer(cap, name);
-    cs_np_note_handler(cap, p);
+    cs_np_note_handler(cap, p, g);
     return p;
 }
 

@@ -193,6 +193,14 @@ static void held_by_running_threads(void)
     size_t n = cs_thread_python_left(threads, sizeof threads / sizeof threads[0]);
     if (n > sizeof threads / sizeof threads[0])
         n = sizeof threads / sizeof threads[0];
+    /* not one that ended its Python part before atexit (join() returned,
+     * its pthread is only slower to go); a forked child's threads that
+     * stayed in the parent are not running here, and hold all the same */
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++)
+        if (cs_thread_stayed(threads[i]) || cs_exitroots_running(threads[i]))
+            threads[m++] = threads[i];
+    n = m;
     static const struct {
         int ns, kind;
     } spaces[] = {{CS_NS_DLPACK, CS_EV_REACHABLE},
@@ -268,9 +276,9 @@ int cs_ending_finish(int how, int status)
     int final = (!api_mode && cs_findings_errors() && cs_opt.exitcode) ? (int)cs_opt.exitcode
                                                                          : status;
     cs_lc_totals tot = {0};
+    uint64_t events = 0;
     if (cs_lc)
-        cs_lc_totals_get(cs_lc, &tot);
-    uint64_t events = cs_lc ? cs_lc_events(cs_lc) : 0;
+        cs_lc_tally(cs_lc, &tot, &events);
     if (cs_trace_started()) {
         cs_runtime_write_counts(cs_now_ns());
         cs_rec_end e = {.how = (uint32_t)how, .status = final, .time_ns = cs_now_ns(),

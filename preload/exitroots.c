@@ -25,6 +25,8 @@ typedef struct method_def {
 #define METH_NOARGS 0x0004
 
 static atomic_int armed;
+static atomic_int walk_roots; /* numpy is imported: the walks too, not only
+                               * the list of running threads */
 static cs_spin mu = CS_SPIN_INIT;
 static cs_exit_held *held;
 static size_t nheld, capheld;
@@ -139,13 +141,49 @@ typedef struct wanted {
     size_t n;
 } wanted;
 
+/* The other Python threads still running at atexit, by capsan number. A
+ * thread join()ed before has deleted its thread state, but its pthread
+ * may not have ended yet (under load, not before _exit): it holds nothing
+ * any more, and its tensors are not "held by a running thread". */
+#define MAX_RUNNING 256
+static uint32_t running[MAX_RUNNING];
+static size_t nrunning;
+static atomic_int running_known;
+
+static void note_running(PyObject_ *frames)
+{
+    unsigned long me = cs_py.Thread_get_thread_ident();
+    intptr_t pos = 0;
+    PyObject_ *k, *f;
+    size_t n = 0;
+    while (cs_py.Dict_Next(frames, &pos, &k, &f)) {
+        unsigned long id = cs_py.Long_AsUnsignedLong(k);
+        uint32_t num = id == me ? 0 : cs_thread_num_of(id);
+        if (!num)
+            continue;
+        if (n == MAX_RUNNING)
+            return; /* too many to list: every thread counts as running */
+        running[n++] = num;
+    }
+    nrunning = n;
+    atomic_store(&running_known, 1);
+}
+
+int cs_exitroots_running(uint32_t thread)
+{
+    if (!atomic_load(&running_known))
+        return 1;
+    for (size_t i = 0; i < nrunning; i++)
+        if (running[i] == thread)
+            return 1;
+    return 0;
+}
+
 /* Each other thread's frames, walked up to the modules' globals (dicts:
  * what those reach is the modules', and a thread's frames reach them all
  * through its functions) */
-static void walk_threads(const wanted *w, PyObject_ *const *dicts, size_t nd)
+static void walk_threads(const wanted *w, PyObject_ *frames, PyObject_ *const *dicts, size_t nd)
 {
-    PyObject_ *sys = cs_py_module("sys");
-    PyObject_ *frames = sys ? cs_py_call_method0(sys, "_current_frames") : NULL;
     PyObject_ **roots = malloc((nd + 1) * sizeof *roots);
     unsigned long me = cs_py.Thread_get_thread_ident();
     intptr_t pos = 0;
@@ -165,8 +203,6 @@ static void walk_threads(const wanted *w, PyObject_ *const *dicts, size_t nd)
         cs_py.DecRef(roots[0]);
     }
     free(roots);
-    cs_py_xdecref(frames);
-    cs_py.Err_Clear(); /* atexit gets None, never an error of capsan's */
 }
 
 /* The loaded modules' dicts, each with its witness (new references) */
@@ -236,8 +272,12 @@ static PyObject_ *at_exit(PyObject_ *self, PyObject_ *unused)
     cs_thread *t = cs_thread_get();
     if (t)
         t->busy = 1; /* the walks' own allocations are no events */
+    PyObject_ *sys = cs_py_module("sys");
+    PyObject_ *frames = sys ? cs_py_call_method0(sys, "_current_frames") : NULL;
+    if (frames)
+        note_running(frames);
     wanted w = {0};
-    w.n = candidates(&w.keys, &w.ns);
+    w.n = atomic_load(&walk_roots) ? candidates(&w.keys, &w.ns) : 0;
     w.found = w.n ? malloc(w.n) : NULL;
     if (!cleared)
         cleared = calloc(MAX_MODULES, 1);
@@ -245,7 +285,8 @@ static PyObject_ *at_exit(PyObject_ *self, PyObject_ *unused)
         PyObject_ **dicts = NULL;
         size_t nd = module_dicts(&dicts);
         uint32_t witness0 = nwitness - (uint32_t)nd + 1; /* dicts[i]'s is witness0 + i */
-        walk_threads(&w, dicts, nd);
+        if (frames)
+            walk_threads(&w, frames, dicts, nd);
         module_roots(&w, dicts, nd, witness0);
         for (size_t i = 0; i < nd; i++)
             cs_py.DecRef(dicts[i]);
@@ -253,6 +294,8 @@ static PyObject_ *at_exit(PyObject_ *self, PyObject_ *unused)
     }
     cs_free_clean(w.keys, w.n * sizeof *w.keys); /* no stale copy of a key */
     free(w.ns), free(w.found);
+    cs_py_xdecref(frames);
+    cs_py.Err_Clear(); /* atexit gets None, never an error of capsan's */
     if (t)
         t->busy = 0;
     cs_py.IncRef(cs_py.None_);
@@ -278,6 +321,12 @@ static int register_at_exit(void *arg)
 }
 
 void cs_exitroots_arm(void)
+{
+    atomic_store(&walk_roots, 1);
+    cs_exitroots_arm_threads();
+}
+
+void cs_exitroots_arm_threads(void)
 {
     if (cs_runtime_api_mode() || !cs_py.AddPendingCall || !cs_py.CFunction_NewEx ||
         !cs_py.Dict_Next || !cs_py.List_Append || !cs_py.Sequence_List || !cs_py.None_ ||

@@ -7,7 +7,9 @@
  * - the live blocks the loaded modules' globals reach, through Python
  *   references (held when finalization never cleared those globals) or a
  *   pyarrow buffer made around an array (pa.array(ndarray): pyarrow keeps
- *   its reference through shutdown on purpose).
+ *   its reference through shutdown on purpose);
+ * - which other Python threads still run: one join()ed before holds
+ *   nothing, although its pthread may end only after the verdict.
  * Only under LD_PRELOAD: API mode judges no leak at exit. */
 #ifndef CAPSAN_EXITROOTS_H
 #define CAPSAN_EXITROOTS_H
@@ -19,6 +21,9 @@
 
 /* Once numpy is imported (GIL held): have the walk run at atexit. */
 void cs_exitroots_arm(void);
+/* A Python program's first event: have the running threads listed at
+ * atexit (cs_exitroots_running), and no walk unless numpy arms it */
+void cs_exitroots_arm_threads(void);
 typedef struct cs_exit_held {
     uint64_t key;
     uint64_t where;  /* the scan: the word that holds it */
@@ -29,6 +34,10 @@ typedef struct cs_exit_held {
     uint8_t ns;      /* CS_NS_NUMPY (a block) or CS_NS_DLPACK (a tensor) */
     uint32_t module; /* MODULE_KEPT: its module's witness + 1 */
 } cs_exit_held;
+
+/* Was this Python thread (capsan number) running at atexit? 1 when the
+ * atexit walk did not run (nothing to tell it by). */
+int cs_exitroots_running(uint32_t thread);
 
 /* What was found and still holds at exit (a module's globals: never
  * cleared); malloc'd, the caller frees; returns how many. */

@@ -429,13 +429,16 @@ static __thread struct {
     const void *cap;
 } renew_c __attribute__((tls_model("initial-exec")));
 
-static const np_handler *take_handler(const void **cap, uintptr_t site, int is_track)
+static const np_handler *take_handler(const void **cap, uintptr_t site, int is_track,
+                                      unsigned *gil)
 {
     const np_handler *h = NULL;
     *cap = NULL;
+    *gil = 0;
     if (cur_fresh) {
         h = cur_handler;
         *cap = cur_cap;
+        *gil = cs_np_cur.gil;
     } else if (is_track && site - renew_c.site - 1 < RENEW_SPAN) {
         h = renew_c.h;
         *cap = renew_c.cap;
@@ -445,6 +448,15 @@ static const np_handler *take_handler(const void **cap, uintptr_t site, int is_t
     renew_c.h = h;
     renew_c.cap = *cap;
     return h;
+}
+
+/* A handler call's GIL: held if the handler's read just before found it
+ * held (take_handler), else asked */
+static inline uint8_t handler_gil(unsigned read_gil, const void *site)
+{
+    if (read_gil == (CS_EVF_GIL_KNOWN | CS_EVF_GIL))
+        return (uint8_t)read_gil;
+    return (uint8_t)cs_check_gil(site, CS_NOGIL_HANDLER);
 }
 
 static void learn_dealloc(void);
@@ -461,12 +473,13 @@ static int hook_track(unsigned int domain, uintptr_t ptr, size_t size)
     if (domain == NPY_TRACE_DOMAIN) {
         MAYBE_LEARN();
         const void *cap;
+        unsigned read_gil;
         const np_handler *h =
-            take_handler(&cap, (uintptr_t)__builtin_return_address(0), 1);
+            take_handler(&cap, (uintptr_t)__builtin_return_address(0), 1, &read_gil);
         if (ptr && cs_recording) {
             /* the legacy PyDataMem_NEW may run without the GIL; the
              * answer goes on to the event (one check per call) */
-            uint8_t g = h ? (uint8_t)cs_check_gil(__builtin_return_address(0), CS_NOGIL_HANDLER) : 0;
+            uint8_t g = h ? handler_gil(read_gil, __builtin_return_address(0)) : 0;
             cs_event ev = {.kind = CS_EV_NP_ALLOC, .obj = ptr, .a = size, .flags = g,
                            .b = (uint64_t)(uintptr_t)cap, .c = (uint64_t)(uintptr_t)h,
                            .extra = h ? alloc_state(h) : 0};
@@ -483,9 +496,10 @@ static inline __attribute__((always_inline)) int untrack(unsigned int domain, ui
     if (domain == NPY_TRACE_DOMAIN) {
         MAYBE_LEARN();
         const void *cap;
-        const np_handler *h = take_handler(&cap, (uintptr_t)site, 0);
+        unsigned read_gil;
+        const np_handler *h = take_handler(&cap, (uintptr_t)site, 0, &read_gil);
         if (ptr && cs_recording) {
-            uint8_t g = h ? (uint8_t)cs_check_gil(site, CS_NOGIL_HANDLER) : 0;
+            uint8_t g = h ? handler_gil(read_gil, site) : 0;
             uint32_t why = staleness(h);
             /* a struct gone or freed is not read */
             uint32_t fp = h && why != CS_STALE_UNLOADED && why != CS_STALE_CHANGED ? free_fp(h) : 0;

@@ -19,13 +19,18 @@ int cs_numpy_init(void);
 typedef struct cs_np_cur_t {
     const void *cap, *handler;
     int fresh;
+    /* what the read's GIL check said (cs_check_gil): numpy's Track or
+     * Untrack follows on the same thread, its allocator call between, so
+     * a GIL held at the read is held there and is not asked again */
+    unsigned gil;
 } cs_np_cur_t;
 extern __thread cs_np_cur_t cs_np_cur __attribute__((tls_model("initial-exec")));
 void cs_np_new_handler(const void *handler); /* another than this thread's last */
-static inline void cs_np_note_handler(const void *cap, const void *handler)
+static inline void cs_np_note_handler(const void *cap, const void *handler, unsigned gil)
 {
     cs_np_cur.cap = cap;
     cs_np_cur.fresh = 1;
+    cs_np_cur.gil = gil;
     if (handler != cs_np_cur.handler)
         cs_np_new_handler(handler);
 }

@@ -29,9 +29,11 @@ static _Atomic uint64_t next_counts; /* when the next COUNTS record is due */
 
 void cs_runtime_write_counts(uint64_t now)
 {
-    cs_lc_totals t;
-    cs_lc_totals_get(cs_lc, &t);
-    cs_rec_counts c = {.time_ns = now, .events = (cs_lc ? cs_lc_events(cs_lc) : 0),
+    cs_lc_totals t = {0};
+    uint64_t events = 0;
+    if (cs_lc)
+        cs_lc_tally(cs_lc, &t, &events);
+    cs_rec_counts c = {.time_ns = now, .events = events,
                        .live_dlpack = (uint64_t)t.dlpack, .live_dlpack_bytes = (uint64_t)t.dlpack_bytes,
                        .live_numpy = (uint64_t)t.numpy, .live_numpy_bytes = (uint64_t)t.numpy_bytes};
     cs_trace_write(CS_REC_COUNTS, &c, sizeof c);
@@ -77,6 +79,7 @@ static int ns_of(const cs_event *ev)
 }
 
 void (*cs_runtime_halt)(void);
+void (*cs_runtime_python_thread)(void);
 
 static inline __attribute__((always_inline)) cs_thread *emit_begin(cs_event *ev, int want_stack)
 {
@@ -96,7 +99,11 @@ static inline __attribute__((always_inline)) cs_thread *emit_begin(cs_event *ev,
     ev->thread = t->num;
     if (gil) {
         ev->flags |= CS_EVF_GIL;
-        t->python = 1; /* may hold Python objects (cs_thread_python_left) */
+        if (__builtin_expect(!t->python, 0)) {
+            t->python = 1; /* may hold Python objects (cs_thread_python_left) */
+            if (cs_runtime_python_thread)
+                cs_runtime_python_thread();
+        }
     }
     if (!live)
         ev->flags |= CS_EVF_NO_PYTHON;

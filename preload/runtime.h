@@ -79,9 +79,11 @@ int cs_runtime_api_mode(void);
 
 /* Set up by start.c: the runtime started (api: by `import capsan`), the
  * lifecycle's sink and the trace's prologue, a forked child's fresh
- * COUNTS series, what halt_on_error calls (cs_ending_halt). */
+ * COUNTS series, what halt_on_error calls (cs_ending_halt), what a
+ * thread's first event with the GIL calls (cs_exitroots_arm_threads). */
 void cs_runtime_begin(int api);
 extern void (*cs_runtime_halt)(void);
+extern void (*cs_runtime_python_thread)(void);
 void cs_runtime_sink(void *ud, const cs_event *ev);
 void cs_runtime_prologue(void);
 void cs_runtime_fork_child(void);

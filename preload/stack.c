@@ -770,6 +770,8 @@ static inline uint64_t hmix(uint64_t a, uint64_t b)
 static void node_emit(uint32_t id)
 {
     node *nd = node_at(id);
+    if (!nd)
+        return;
     atomic_store(&nd->gen, cs_trace_gen());
     if (CS_FRAME_IS_PY(nd->value))
         code_write(CS_FRAME_PY_CODE(nd->value));
@@ -1113,6 +1115,10 @@ static inline __attribute__((always_inline)) memo *python_memo(cs_thread *t, int
                                                                                          : NULL;
 }
 
+static uint32_t capture_rest(cs_thread *t, int gil, int nd, int pd, unsigned site,
+                             const uintptr_t *first, int levels, const uintptr_t *slot0,
+                             rentry *hit);
+
 uint32_t cs_stack_capture(cs_thread *t, int gil, int python_only, unsigned site)
 {
     memo *fast;
@@ -1131,8 +1137,6 @@ uint32_t cs_stack_capture(cs_thread *t, int gil, int python_only, unsigned site)
         return 0;
     if (!cache_of(t))
         return 0;
-    uint64_t vals[MAXF + 16];
-    int n = 0;
     const uintptr_t *slot0 = NULL;
     /* how many of capsan's own frames lie above the first foreign one
      * (hooks reach emit through one to five calls): what an unwind must
@@ -1154,7 +1158,6 @@ uint32_t cs_stack_capture(cs_thread *t, int gil, int python_only, unsigned site)
     if (first && (gil ? eval_hi != 0 : 1) && unw_cur_step && cs_opt.fast_unwind)
         slot0 = first;
     rentry *hit = NULL;
-    uint32_t nhit = 0; /* the chain's frames a hit adds: copied once the memo missed */
     if (slot0) {
         cs_stack_cache *c = t->cache;
         uint32_t g = atomic_load_explicit(&chains_gen, memory_order_relaxed);
@@ -1166,6 +1169,33 @@ uint32_t cs_stack_capture(cs_thread *t, int gil, int python_only, unsigned site)
             c->learn_credit++;
         hit = chain_hit(c, slot0, gil);
     }
+    /* a stack this chain gave before, on the innermost frame as the
+     * thread state holds it: no more than that (capture_rest tries the
+     * rest, and everything else) */
+    if (hit && pd > 0 && gil && cs_py.layout) {
+        const char *inner = raw_top(cs_py.layout, gil);
+        for (int k = 0; k < RMEMOS; k++)
+            if (hit->memo[k].raw && raw_same(&hit->memo[k], frames_of(t->cache, hit, k, 0),
+                                             inner, pd, &t->py_rest)) {
+                t->py_walked = 1;
+                hit->memo_victim = (uint8_t)(k ^ 1);
+                return memo_use(t, &hit->memo[k], cs_trace_gen());
+            }
+    }
+    return capture_rest(t, gil, nd, pd, site, first, levels, slot0, hit);
+}
+
+/* the stack the memos did not give: its frames walked and interned */
+static __attribute__((noinline)) uint32_t capture_rest(cs_thread *t, int gil, int nd, int pd,
+                                                       unsigned site, const uintptr_t *first,
+                                                       int levels, const uintptr_t *slot0,
+                                                       rentry *hit)
+{
+    uint64_t vals[MAXF + 16];
+    int n = 0;
+    uint32_t nhit = 0; /* the chain's frames a hit adds: copied once the memo missed */
+    if (levels >= 0)
+        levels++; /* counted from the caller's frame: this one lies on top */
     if (hit) {
         /* the same chain as a walk saw before, proven slot by slot */
         vals[n++] = *slot0 & ~CS_FRAME_PY;

@@ -28,6 +28,7 @@
 #include "options.h"
 #include "probe.h"
 #include "ending.h"
+#include "exitroots.h"
 #include "pyapi.h"
 #include "quarantine.h"
 #include "stack.h"
@@ -264,7 +265,7 @@ static void fork_child(void)
         cs_lc_set_born(cs_lc, cs_now_ns());
     }
     cs_runtime_fork_child();
-    cs_thread_fork_lock(0); /* the parent's other threads stay listed */
+    cs_thread_fork_child(); /* the parent's other threads stay listed */
     /* the child writes its own log_path.PID, starting with what it
      * inherited; its findings and exit status are its own */
     cs_trace_atfork_child();
@@ -409,6 +410,9 @@ static int start(int preload)
     if (!cs_opt.record_all)
         cs_lc_set_sink(cs_lc, cs_runtime_sink, NULL);
     cs_runtime_halt = cs_ending_halt;
+    /* the atexit walk, which tells the threads still running then, armed
+     * by any Python program (numpy's import arms it too) */
+    cs_runtime_python_thread = cs_exitroots_arm_threads;
     cs_findings_init(cs_runtime_api_mode());
     cs_thread_init();
     cs_stack_init((void *)self_marker);

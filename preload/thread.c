@@ -117,6 +117,25 @@ void cs_thread_fork_lock(int lock)
         cs_spin_unlock(&alive_mu);
 }
 
+void cs_thread_fork_child(void)
+{
+    for (cs_thread *t = alive; t; t = t->next)
+        if (t != cs_thread_tls)
+            t->stayed = 1;
+    cs_spin_unlock(&alive_mu);
+}
+
+int cs_thread_stayed(uint32_t num)
+{
+    int stayed = 0;
+    cs_spin_lock(&alive_mu);
+    for (cs_thread *t = alive; t; t = t->next)
+        if (t->num == num)
+            stayed = t->stayed;
+    cs_spin_unlock(&alive_mu);
+    return stayed;
+}
+
 void cs_thread_write(cs_thread *t)
 {
     t->written_gen = cs_trace_gen();

@@ -29,6 +29,7 @@ typedef struct cs_thread {
                              * none left); valid during its event only */
     int py_walked;          /* py_rest was set by that capture */
     int python;             /* made an event holding the GIL: a Python thread */
+    int stayed;             /* in a forked child: a thread that stayed in the parent */
     unsigned long pthread;  /* pthread_self(): Python's thread ident */
     struct cs_thread *next, *prev; /* the registry of threads not yet exited */
 } cs_thread;
@@ -72,5 +73,11 @@ uint32_t cs_thread_num_of(unsigned long pthread);
  * their thread states without clearing them), with all they hold; they
  * never exit there, and those that ran Python count as holding it */
 void cs_thread_fork_lock(int lock);
+/* In the child, instead of cs_thread_fork_lock(0): the other threads are
+ * marked as having stayed in the parent, and the lock let go. */
+void cs_thread_fork_child(void);
+/* The listed thread numbered `num` stayed in the parent of this forked
+ * child (its frames and what they hold came along, abandoned). */
+int cs_thread_stayed(uint32_t num);
 
 #endif
