@@ -596,14 +596,50 @@ static void *hook_GetPointer(PyObject_ *cap, const char *name)
     return get_pointer(cap, name, __builtin_return_address(0));
 }
 
+/* numpy's other names no rule is about (numpy 2 reads its ufuncs'
+ * "numpy.ufunc.extobj" twice an iteration of W1, its promoters at import):
+ * literals of its own file, each known by its address once learned */
+#define NP_OTHER 4
+static const char *np_other[NP_OTHER];
+static _Atomic unsigned np_other_tries; /* learning stops after a few */
+
+static inline int np_other_name(const char *name)
+{
+    for (int i = 0; i < NP_OTHER; i++)
+        if (name == np_other[i])
+            return 1;
+    return 0;
+}
+
+/* a name of numpy's own file, read-only (a literal, never rewritten),
+ * that names nothing capsan follows: remembered */
+static void np_learn_other(const char *name, const void *site)
+{
+    Dl_info a, b;
+    if (atomic_fetch_add(&np_other_tries, 1) >= 64 || name_kind(name) != NK_NONE ||
+        !dladdr(name, &a) || !dladdr(site, &b) || a.dli_fbase != b.dli_fbase)
+        return;
+    for (int i = 0; i < NP_OTHER; i++)
+        if (!np_other[i]) {
+            np_other[i] = name;
+            return;
+        }
+}
+
 /* numpy's own calls (two per array: its alloc and its free read the
  * handler): the handler's name is known by its address, the rest is as
  * for any caller */
 __attribute__((noinline)) static void *np_get_pointer(PyObject_ *cap, const char *name,
                                                       const void *site)
 {
+    if (name && np_other_name(name)) {
+        cs_check_gil(site, CS_NOGIL_CAPSULE);
+        return cs_py.Capsule_GetPointer(cap, name);
+    }
     if (name && name[0] == 'm' && eq(name, "mem_handler"))
         np_handler_name = name; /* a literal: it stays */
+    else if (name && cs_recording)
+        np_learn_other(name, site);
     return get_pointer(cap, name, site);
 }
 
