@@ -220,8 +220,18 @@ void cs_lc_remirror(cs_lifecycle *lc);
 /* R28 for the free `fr` of the block `born` made (an NP_ALLOC): 0 when it
  * goes through the handler, ctx and functions that made the block, else
  * why not (CS_STALE_*). The NEP 49 rule's own test, for a runtime that
- * retires clean pairs itself. */
-uint32_t cs_np_free_stale(const cs_event *born, const cs_event *fr);
+ * retires clean pairs itself (inline: every NumPy free on its thread asks). */
+static inline uint32_t cs_np_free_stale(const cs_event *born, const cs_event *fr)
+{
+    if (fr->extra) /* the handler is gone, changed or its ctx freed */
+        return fr->extra;
+    if (born && born->c && fr->c && born->c != fr->c)
+        return CS_STALE_OTHER;
+    /* the same handler, re-pointed in place: another pool frees it */
+    if (born && born->extra && fr->a && born->extra != (uint32_t)fr->a)
+        return CS_STALE_REPOINTED;
+    return 0;
+}
 
 /* The consumed, unreleased tensors whose data span overlaps [lo, hi):
  * up to max of them into out; returns how many. Locks each stripe. */

@@ -20,18 +20,6 @@ static unsigned on_alloc(cs_lifecycle *lc, stripe *st, obj *o, const cs_event *e
     return 0;
 }
 
-uint32_t cs_np_free_stale(const cs_event *born, const cs_event *fr)
-{
-    if (fr->extra) /* the handler is gone, changed or its ctx freed */
-        return fr->extra;
-    if (born && born->c && fr->c && born->c != fr->c)
-        return CS_STALE_OTHER;
-    /* the same handler, re-pointed in place: another pool frees it */
-    if (born && born->extra && fr->a && born->extra != (uint32_t)fr->a)
-        return CS_STALE_REPOINTED;
-    return 0;
-}
-
 /* R28, R29: freed through a handler that is stale, not the one that
  * allocated it, or re-pointed in place since, or freed twice. free(NULL, n) from sort is legal; an
  * unknown block may predate capsan (import capsan starts late). */

@@ -543,8 +543,40 @@ static int hook_SetName(PyObject_ *cap, const char *name)
  * of its module, learned at its first call (see hook_np_GetPointer) */
 static const char *np_handler_name;
 
+/* numpy's other names no rule is about (numpy 2 reads its ufuncs'
+ * "numpy.ufunc.extobj" twice an iteration of W1, its promoters at import):
+ * literals of its own file, each known by its address once learned */
+#define NP_OTHER 4
+static const char *np_other[NP_OTHER];
+static _Atomic unsigned np_other_tries; /* learning stops after a few */
+
+static inline int np_other_name(const char *name)
+{
+    for (int i = 0; i < NP_OTHER; i++)
+        if (name == np_other[i])
+            return 1;
+    return 0;
+}
+
+/* a name of numpy's own file, read-only (a literal, never rewritten),
+ * that names nothing capsan follows (NK_NONE): remembered */
+static void np_learn_other(const char *name, const void *site)
+{
+    Dl_info a, b;
+    if (atomic_load_explicit(&np_other_tries, memory_order_relaxed) >= 64 ||
+        atomic_fetch_add(&np_other_tries, 1) >= 64 || !dladdr(name, &a) || !dladdr(site, &b) ||
+        a.dli_fbase != b.dli_fbase)
+        return;
+    for (int i = 0; i < NP_OTHER; i++)
+        if (!np_other[i]) {
+            np_other[i] = name;
+            return;
+        }
+}
+
+/* numpy: a call from numpy's own module (its names may be learned) */
 static inline __attribute__((always_inline)) void *get_pointer(PyObject_ *cap, const char *name,
-                                                              const void *site)
+                                                              const void *site, int numpy)
 {
     unsigned g = cs_check_gil(site, CS_NOGIL_CAPSULE);
     void *p = cs_py.Capsule_GetPointer(cap, name);
@@ -554,7 +586,11 @@ static inline __attribute__((always_inline)) void *get_pointer(PyObject_ *cap, c
         cs_np_note_handler(cap, p, g);
         return p;
     }
-    if (!p || !cs_recording || (nk = name_kind(name)) == NK_NONE || nk == NK_NPDL)
+    if (!p || !cs_recording)
+        return p;
+    if ((nk = name_kind(name)) == NK_NONE && numpy)
+        np_learn_other(name, site);
+    if (nk == NK_NONE || nk == NK_NPDL)
         return p;
     if (nk == NK_XAPI)
         return cs_xapi_table(p, 1); /* the table, patched, or capsan's shadow */
@@ -593,37 +629,7 @@ static inline __attribute__((always_inline)) void *get_pointer(PyObject_ *cap, c
 
 static void *hook_GetPointer(PyObject_ *cap, const char *name)
 {
-    return get_pointer(cap, name, __builtin_return_address(0));
-}
-
-/* numpy's other names no rule is about (numpy 2 reads its ufuncs'
- * "numpy.ufunc.extobj" twice an iteration of W1, its promoters at import):
- * literals of its own file, each known by its address once learned */
-#define NP_OTHER 4
-static const char *np_other[NP_OTHER];
-static _Atomic unsigned np_other_tries; /* learning stops after a few */
-
-static inline int np_other_name(const char *name)
-{
-    for (int i = 0; i < NP_OTHER; i++)
-        if (name == np_other[i])
-            return 1;
-    return 0;
-}
-
-/* a name of numpy's own file, read-only (a literal, never rewritten),
- * that names nothing capsan follows: remembered */
-static void np_learn_other(const char *name, const void *site)
-{
-    Dl_info a, b;
-    if (atomic_fetch_add(&np_other_tries, 1) >= 64 || name_kind(name) != NK_NONE ||
-        !dladdr(name, &a) || !dladdr(site, &b) || a.dli_fbase != b.dli_fbase)
-        return;
-    for (int i = 0; i < NP_OTHER; i++)
-        if (!np_other[i]) {
-            np_other[i] = name;
-            return;
-        }
+    return get_pointer(cap, name, __builtin_return_address(0), 0);
 }
 
 /* numpy's own calls (two per array: its alloc and its free read the
@@ -638,9 +644,7 @@ __attribute__((noinline)) static void *np_get_pointer(PyObject_ *cap, const char
     }
     if (name && name[0] == 'm' && eq(name, "mem_handler"))
         np_handler_name = name; /* a literal: it stays */
-    else if (name && cs_recording)
-        np_learn_other(name, site);
-    return get_pointer(cap, name, site);
+    return get_pointer(cap, name, site, 1);
 }
 
 static void *hook_np_GetPointer(PyObject_ *cap, const char *name)

@@ -180,7 +180,9 @@ unsigned cs_emit(cs_event *ev, int want_stack, cs_event *origin, int *found)
     return v;
 }
 
-void cs_emit_np(cs_event *ev)
+/* inlined into numpy.c's hooks (one program, -flto): one prologue an
+ * event, not two (W1 -375 instructions an iteration) */
+__attribute__((always_inline)) inline void cs_emit_np(cs_event *ev)
 {
     int alloc = ev->kind == CS_EV_NP_ALLOC;
     /* a free's native frames are numpy's own dealloc path; where the
