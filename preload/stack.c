@@ -558,7 +558,10 @@ int cs_stack_importing(cs_thread *t, int gil)
     if (!cs_py.ok || !l || !(gil || cs_py_live()))
         return 0;
     cs_stack_cache *c = cache_of(t);
-    const char *f = t->py_walked ? t->py_rest : top_frame(l, gil);
+    /* from the innermost frame as the thread state holds it: a shim or a
+     * frame not yet started above the first that runs code is no import,
+     * and the memo holds whatever chain it walked */
+    const char *f = t->py_walked ? t->py_rest : raw_top(l, gil);
     uintptr_t h = (uintptr_t)f >> 4;
     return import_below(l, f, c && f ? &c->imemo[(h ^ h >> 6) % IMEMOS] : NULL);
 }
