@@ -34,6 +34,8 @@ MODEL_SRC := $(wildcard model/*.c)
 # instructions an iteration by callgrind). One partition: the asm stubs
 # (capsule.c, xapi.c) define local labels the C code refers to.
 RT_CFLAGS := $(CFLAGS) -fPIC -fvisibility=hidden -Ipreload -Imodel -flto
+# -flto-partition is gcc's (clang's -flto links one module anyway)
+RT_LTO_LINK := $(if $(shell $(CC) --version 2>/dev/null | grep -i clang),,-flto-partition=one)
 RT_SRC   := $(wildcard preload/*.c) $(MODEL_SRC)
 RT_OBJ   := $(patsubst %.c,$(B)/obj/rt/%.o,$(RT_SRC))
 # the report tool
@@ -60,7 +62,7 @@ $(B)/obj/rt/%.o: %.c $(wildcard preload/*.h preload/*.inc model/*.h model/*.inc)
 
 $(B)/lib/libcapsan.so: $(RT_OBJ) preload/exports.map
 	@mkdir -p $(dir $@)
-	$(CC) $(RT_CFLAGS) -flto-partition=one -shared -o $@ $(RT_OBJ) -Wl,--version-script=preload/exports.map \
+	$(CC) $(RT_CFLAGS) $(RT_LTO_LINK) -shared -o $@ $(RT_OBJ) -Wl,--version-script=preload/exports.map \
 	  -Wl,-z,now -Wl,-z,relro -Wl,--no-undefined -ldl -lpthread
 
 $(B)/obj/cli/%.o: %.c $(wildcard model/*.h model/*.inc reports/*.h)
