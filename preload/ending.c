@@ -190,17 +190,12 @@ static void scan_at_quick_exit(void)
 static void held_by_running_threads(void)
 {
     uint32_t threads[256];
-    size_t n = cs_thread_python_left(threads, sizeof threads / sizeof threads[0]);
+    /* not one that ended its Python part before atexit (join() returned,
+     * its pthread is only slower to go) */
+    size_t n = cs_thread_python_left(threads, sizeof threads / sizeof threads[0],
+                                     cs_exitroots_running);
     if (n > sizeof threads / sizeof threads[0])
         n = sizeof threads / sizeof threads[0];
-    /* not one that ended its Python part before atexit (join() returned,
-     * its pthread is only slower to go); a forked child's threads that
-     * stayed in the parent are not running here, and hold all the same */
-    size_t m = 0;
-    for (size_t i = 0; i < n; i++)
-        if (cs_thread_stayed(threads[i]) || cs_exitroots_running(threads[i]))
-            threads[m++] = threads[i];
-    n = m;
     static const struct {
         int ns, kind;
     } spaces[] = {{CS_NS_DLPACK, CS_EV_REACHABLE},

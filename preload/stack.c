@@ -1122,6 +1122,21 @@ static uint32_t capture_rest(cs_thread *t, int gil, int nd, int pd, unsigned sit
                              const uintptr_t *first, int levels, const uintptr_t *slot0,
                              rentry *hit);
 
+/* A stack chain `hit` gave before, its Python frames from `top`: no
+ * lookups (a loop alternating two finds each in its place: no MRU) */
+static inline __attribute__((always_inline)) memo *chain_memo(cs_thread *t, rentry *hit,
+                                                              const char *top, int pd)
+{
+    for (int k = 0; k < RMEMOS; k++)
+        if (hit->memo[k].raw &&
+            raw_same(&hit->memo[k], frames_of(t->cache, hit, k, 0), top, pd, &t->py_rest)) {
+            t->py_walked = 1;
+            hit->memo_victim = (uint8_t)(k ^ 1);
+            return &hit->memo[k];
+        }
+    return NULL;
+}
+
 uint32_t cs_stack_capture(cs_thread *t, int gil, int python_only, unsigned site)
 {
     memo *fast;
@@ -1175,16 +1190,10 @@ uint32_t cs_stack_capture(cs_thread *t, int gil, int python_only, unsigned site)
     /* a stack this chain gave before, on the innermost frame as the
      * thread state holds it: no more than that (capture_rest tries the
      * rest, and everything else) */
-    if (hit && pd > 0 && gil && cs_py.layout) {
-        const char *inner = raw_top(cs_py.layout, gil);
-        for (int k = 0; k < RMEMOS; k++)
-            if (hit->memo[k].raw && raw_same(&hit->memo[k], frames_of(t->cache, hit, k, 0),
-                                             inner, pd, &t->py_rest)) {
-                t->py_walked = 1;
-                hit->memo_victim = (uint8_t)(k ^ 1);
-                return memo_use(t, &hit->memo[k], cs_trace_gen());
-            }
-    }
+    memo *m;
+    if (hit && pd > 0 && gil && cs_py.layout &&
+        (m = chain_memo(t, hit, raw_top(cs_py.layout, gil), pd)))
+        return memo_use(t, m, cs_trace_gen());
     return capture_rest(t, gil, nd, pd, site, first, levels, slot0, hit);
 }
 
@@ -1226,15 +1235,9 @@ static __attribute__((noinline)) uint32_t capture_rest(cs_thread *t, int gil, in
         const char *inner = raw_top(l, gil), *top = inner;
         for (int pass = 0; pass < 2; pass++) {
             if (hit) {
-                for (int k = 0; k < RMEMOS; k++)
-                    if (hit->memo[k].raw && raw_same(&hit->memo[k], frames_of(t->cache, hit, k, 0),
-                                                     top, pd, &t->py_rest)) {
-                        /* a stack this chain gave before: no lookups (a loop
-                         * alternating two finds each in its place: no MRU) */
-                        t->py_walked = 1;
-                        hit->memo_victim = (uint8_t)(k ^ 1);
-                        return memo_use(t, &hit->memo[k], gen);
-                    }
+                memo *m = chain_memo(t, hit, top, pd);
+                if (m)
+                    return memo_use(t, m, gen);
             } else if (!nnat && top) {
                 uint64_t h =
                     (uint64_t)(uintptr_t)AT(top, l->f_code, const void *) ^ frame_instr(l, top);

@@ -320,11 +320,10 @@ static void on_crash(int sig, siginfo_t *si, void *ucv)
         if (cs_trace_started()) {
             cs_rec_end e = {.how = CS_END_SIGNAL, .status = sig, .time_ns = cs_now_ns(),
                             .fault_addr = addr, .pc = pc,
-                            .events = (cs_lc ? cs_lc_events(cs_lc) : 0),
                             .findings = cs_findings_total()};
             if (cs_lc) {
                 cs_lc_totals tot;
-                cs_lc_totals_get(cs_lc, &tot);
+                cs_lc_tally(cs_lc, &tot, &e.events);
                 e.tensors = (uint64_t)tot.born_dlpack;
                 e.blocks = (uint64_t)tot.born_numpy;
                 e.arrow = (uint64_t)tot.born_arrow;

@@ -83,13 +83,13 @@ cs_thread *cs_thread_make(void)
     return t;
 }
 
-size_t cs_thread_python_left(uint32_t *out, size_t max)
+size_t cs_thread_python_left(uint32_t *out, size_t max, int (*running)(uint32_t num))
 {
     size_t n = 0;
     cs_thread *me = cs_thread_tls;
     cs_spin_lock(&alive_mu);
     for (cs_thread *t = alive; t; t = t->next)
-        if (t != me && t->python) {
+        if (t != me && t->python && (t->stayed || !running || running(t->num))) {
             if (n < max)
                 out[n] = t->num;
             n++;
@@ -123,17 +123,6 @@ void cs_thread_fork_child(void)
         if (t != cs_thread_tls)
             t->stayed = 1;
     cs_spin_unlock(&alive_mu);
-}
-
-int cs_thread_stayed(uint32_t num)
-{
-    int stayed = 0;
-    cs_spin_lock(&alive_mu);
-    for (cs_thread *t = alive; t; t = t->next)
-        if (t->num == num)
-            stayed = t->stayed;
-    cs_spin_unlock(&alive_mu);
-    return stayed;
 }
 
 void cs_thread_write(cs_thread *t)

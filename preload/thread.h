@@ -61,9 +61,11 @@ extern void (*cs_thread_on_exit)(cs_thread *t);
  * the GIL), other than the caller, that have not exited or that the
  * interpreter's finalization ended (or, in a forked child, that stayed in
  * the parent): at exit, threads which may still hold what they made or
- * took. At most max into out; returns how
+ * took. running (NULL: any): whether a thread of this process still ran
+ * Python (one join()ed may end its pthread late); a thread that stayed in
+ * the parent counts whatever it says. At most max into out; returns how
  * many there are. */
-size_t cs_thread_python_left(uint32_t *out, size_t max);
+size_t cs_thread_python_left(uint32_t *out, size_t max, int (*running)(uint32_t num));
 /* The capsan number of the listed thread whose pthread_self() (Python's
  * thread ident) is `pthread`, or 0 if none is listed. */
 uint32_t cs_thread_num_of(unsigned long pthread);
@@ -74,10 +76,8 @@ uint32_t cs_thread_num_of(unsigned long pthread);
  * never exit there, and those that ran Python count as holding it */
 void cs_thread_fork_lock(int lock);
 /* In the child, instead of cs_thread_fork_lock(0): the other threads are
- * marked as having stayed in the parent, and the lock let go. */
+ * marked as having stayed in the parent (their frames and what they hold
+ * came along, abandoned), and the lock let go. */
 void cs_thread_fork_child(void);
-/* The listed thread numbered `num` stayed in the parent of this forked
- * child (its frames and what they hold came along, abandoned). */
-int cs_thread_stayed(uint32_t num);
 
 #endif
