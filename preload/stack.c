@@ -53,8 +53,13 @@ static int self_range_cb(struct dl_phdr_info *info, size_t size, void *data)
     return 0;
 }
 
+static int rw_kind; /* raw_walk's shape for this interpreter's frames */
+static int rw_kind_of(const cs_pylayout *l);
+
 void cs_stack_init(const void *self)
 {
+    if (cs_py.layout)
+        rw_kind = rw_kind_of(cs_py.layout);
     dl_iterate_phdr(self_range_cb, (void *)self);
     /* where the interpreter's eval loop lives: with the GIL held, native
      * unwinding stops there and the Python frames take over */
@@ -341,11 +346,10 @@ typedef struct memo {
     uint8_t npy, importing;
     /* raw: its frames (memo_frames) hold the same Python frames as the
      * interpreter holds them, each frame's code object and instruction,
-     * and entry says which are entry frames. Set once the stack repeats,
+     * each with its entry flag. Set once the stack repeats,
      * when capsan holds every one of those code objects (a code pointer
      * then names one object): it proves the memo without a line lookup */
     uint8_t raw;
-    uint32_t entry;
 } memo;
 
 /* A memo's frames, apart from the chain (a chain relearnt in its place
@@ -355,7 +359,7 @@ typedef struct memo {
 typedef struct memo_frames {
     uint64_t py[MEMO_PY];
     const void *co[MEMO_PY];
-    uint64_t ip[MEMO_PY];
+    uint64_t ip[MEMO_PY]; /* raw_ip: the instruction and the entry flag */
 } memo_frames;
 
 typedef struct rentry {
@@ -595,11 +599,16 @@ int cs_stack_py_within(int gil, const cs_py_pos *pos)
     return 0;
 }
 
+/* A frame's instruction with its entry flag, as a memo keeps it */
+static inline uint64_t raw_ip(uint64_t instr, unsigned entry)
+{
+    return instr << 1 | entry;
+}
+
 /* What python_frames saw, for a memo (memo_frames.co, .ip): valid when
  * every frame's code object is one capsan holds */
 typedef struct raw_frames {
     int strong;
-    unsigned entry;
     const void *co[MEMO_PY];
     uint64_t ip[MEMO_PY];
 } raw_frames;
@@ -638,9 +647,8 @@ static int python_frames(cs_stack_cache *c, const char *f, uint64_t *out, int ma
         int entry = is_entry(l, f);
         if (raw && n < MEMO_PY) {
             raw->strong &= !code_at(id)->weak;
-            raw->entry |= (unsigned)entry << n;
             raw->co[n] = co;
-            raw->ip[n] = frame_instr(l, f);
+            raw->ip[n] = raw_ip(frame_instr(l, f), entry);
         }
         out[n++] = CS_FRAME_PY_VALUE(id, line < 0 ? 0 : line, entry);
     }
@@ -653,23 +661,26 @@ static int python_frames(cs_stack_cache *c, const char *f, uint64_t *out, int ma
 static void memo_raw_set(memo *m, memo_frames *fr, const raw_frames *raw, int npy)
 {
     m->raw = 1;
-    m->entry = raw->entry;
     memcpy(fr->co, raw->co, (size_t)npy * sizeof raw->co[0]);
     memcpy(fr->ip, raw->ip, (size_t)npy * sizeof raw->ip[0]);
 }
 
-/* The thread's Python frames are the memo's, as raw_frames recorded
- * them: the same code objects at the same instructions (so the same
- * lines), entry frames alike, and the walk ends where it did (the stack's
- * end, or max frames on). *rest as python_frames says it. */
-static inline __attribute__((always_inline)) int raw_same(const memo *m, const memo_frames *fr,
-                                                         const char *f, int max, const char **rest)
+/* raw_same's walk of npy frames from *fp, one shape per frame model (a
+ * constant where it is inlined, so a frame costs its loads and two
+ * compares): RW_FIELD, an instruction pointer and an is_entry field
+ * (3.11); RW_SHIM, an instruction pointer, and entries are the frames
+ * right above a C-stack shim (3.12+); RW_ANY, whatever the layout says. */
+enum { RW_FIELD, RW_SHIM, RW_ANY };
+static inline __attribute__((always_inline)) int raw_walk(const cs_pylayout *l,
+                                                          const memo_frames *fr, const char **fp,
+                                                          int npy, const int kind)
 {
-    const cs_pylayout *l = cs_py.layout;
-    /* the layout's offsets once, not per frame (a deep stack has 32) */
-    const int o_code = l->f_code, o_back = l->f_back, o_instr = l->f_instr, o_entry = l->f_entry;
-    const int by_index = l->model == CS_PYF_OBJECT, npy = m->npy;
-    uint32_t entry = 0;
+    /* pointer-wide offsets: no widening in the loop */
+    const ptrdiff_t o_code = l->f_code, o_back = l->f_back, o_instr = l->f_instr,
+                    o_entry = l->f_entry, o_owner = l->f_owner;
+    const char cstack = (char)l->owner_cstack;
+    const int by_index = kind == RW_ANY && l->model == CS_PYF_OBJECT;
+    const char *f = *fp;
     for (int i = 0; i < npy; i++) {
         if (!f)
             return 0;
@@ -682,14 +693,45 @@ static inline __attribute__((always_inline)) int raw_same(const memo *m, const m
                 return 0;
             f = g;
         }
+        const char *back = AT(f, o_back, const char *);
         uint64_t ip = by_index ? (uint64_t)(uint32_t)AT(f, o_instr, int)
                                : (uint64_t)(uintptr_t)AT(f, o_instr, const char *);
-        if (ip != fr->ip[i])
+        /* is_entry is a C bool: 0 or 1 as it lies (any other byte fails
+         * the compare, as a changed frame would) */
+        int entry = kind == RW_FIELD  ? AT(f, o_entry, unsigned char)
+                    : kind == RW_SHIM ? !back || AT(back, o_owner, char) == cstack
+                                      : is_entry(l, f);
+        if (raw_ip(ip, entry) != fr->ip[i])
             return 0;
-        entry |= (uint32_t)(o_entry >= 0 ? AT(f, o_entry, char) != 0 : is_entry(l, f)) << i;
-        f = AT(f, o_back, const char *);
+        f = back;
     }
-    if (entry != m->entry)
+    *fp = f;
+    return 1;
+}
+
+static int rw_kind_of(const cs_pylayout *l)
+{
+    if (l->model != CS_PYF_OBJECT && l->f_entry >= 0)
+        return RW_FIELD;
+    if (l->model != CS_PYF_OBJECT && l->owner_cstack >= 0 && l->f_owner >= 0)
+        return RW_SHIM;
+    return RW_ANY;
+}
+
+/* The thread's Python frames are the memo's, as raw_frames recorded
+ * them: the same code objects at the same instructions (so the same
+ * lines), entry frames alike, and the walk ends where it did (the stack's
+ * end, or max frames on). *rest as python_frames says it. A deep stack
+ * (pytest's) proves 32 frames an event. */
+static inline __attribute__((always_inline)) int raw_same(const memo *m, const memo_frames *fr,
+                                                         const char *f, int max, const char **rest)
+{
+    const cs_pylayout *l = cs_py.layout;
+    const int npy = m->npy;
+    int same = rw_kind == RW_FIELD  ? raw_walk(l, fr, &f, npy, RW_FIELD)
+               : rw_kind == RW_SHIM ? raw_walk(l, fr, &f, npy, RW_SHIM)
+                                    : raw_walk(l, fr, &f, npy, RW_ANY);
+    if (!same)
         return 0;
     f = code_frame(l, f);
     if (f && npy < max)
@@ -1223,7 +1265,6 @@ static __attribute__((noinline)) uint32_t capture_rest(cs_thread *t, int gil, in
     uint32_t gen = cs_trace_gen();
     raw_frames raw; /* only what a walk fills is read: no zeroing */
     raw.strong = 1;
-    raw.entry = 0;
     memo *pm = NULL; /* a stack of Python frames alone: its memo and frames */
     memo_frames *pfr = NULL;
     if (pd > 0 && cs_py.layout && (gil || cs_py_live())) {
