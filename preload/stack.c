@@ -383,11 +383,20 @@ typedef struct rentry {
 
 /* cs_stack_importing's last walk (import_below) */
 #define IMEMO 48
-#define IMEMOS 4 /* by the top frame: a loop's allocations come from a few */
+/* by the top frame, two ways a set: a loop's allocations come from a few
+ * top frames, next to each other when one call is a Python function
+ * (np.ones): one way a set thrashed when two such frames met in a set */
+#define IMEMOS 8
+/* A chain's frames as the import check saw them: each one's code object
+ * and file name (NULL: not code). The verdict depends on the file names
+ * alone; a live frame holds its code and the code its name, so the same
+ * pair of pointers again is the same name. f0, the chain's first frame,
+ * tells a memo of another chain at once (a caller's chain differs in its
+ * length alone). */
 typedef struct imemo {
     int n, verdict;
-    const char *f[IMEMO];
-    const void *co[IMEMO], *fn[IMEMO];
+    const char *f0;
+    struct { const void *co, *fn; } fr[IMEMO];
 } imemo;
 
 typedef struct lentry { const void *code; int lasti; int line; uint32_t code_id; } lentry;
@@ -418,6 +427,7 @@ typedef struct cs_stack_cache {
     lentry lines[LSETS][2];
     uint8_t lvictim[LSETS];
     uint8_t eval_depth[32]; /* per site: raw frames up to the eval loop, learned */
+    uint8_t ivictim[IMEMOS / 2]; /* the way of imemo's set a new walk takes */
     /* a Python-only stack's id by its frames (a NumPy free, a capture
      * without native frames): what the chain memo is for native chains */
     memo pymemo[PYMEMO]; /* by the top frame's code object and instruction */
@@ -516,21 +526,29 @@ static const char *top_frame(const cs_pylayout *l, int gil)
  * kept with the frames it walked (each frame, its code object and that
  * object's file name object): the same frames again need only loads and
  * compares, no names. */
+/* m holds the chain from f as it is now: its verdict, or -1 */
+static inline int imemo_verdict(const cs_pylayout *l, const char *f, const imemo *m)
+{
+    const ptrdiff_t o_code = l->f_code, o_back = l->f_back, o_file = l->co_filename;
+    const int n = m->n;
+    if (!n || f != m->f0)
+        return -1;
+    int i = 0;
+    const char *g = f;
+    for (; g && i < n; i++, g = AT(g, o_back, const char *)) {
+        const char *co = AT(g, o_code, const char *);
+        if (co != m->fr[i].co || (m->fr[i].fn && AT(co, o_file, const void *) != m->fr[i].fn))
+            return -1;
+    }
+    return i == n && !g ? m->verdict : -1;
+}
+
+/* Whether an importlib frame lies in the chain from f: walked, and the
+ * chain kept in m (if any) for imemo_verdict */
 static int import_below(const cs_pylayout *l, const char *f, imemo *m)
 {
-    int i = 0;
-    if (m && m->n) {
-        const int o_code = l->f_code, o_back = l->f_back, o_file = l->co_filename, n = m->n;
-        const char *g = f;
-        for (; g && i < n; i++, g = AT(g, o_back, const char *)) {
-            const char *co = AT(g, o_code, const char *);
-            if (g != m->f[i] || co != m->co[i] || (co && AT(co, o_file, const void *) != m->fn[i]))
-                break;
-        }
-        if (i == n && !g)
-            return m->verdict;
-    }
-    int verdict = 0;
+    const char *f0 = f;
+    int verdict = 0, i;
     for (i = 0; f && i < 1024; i++, f = AT(f, l->f_back, const char *)) {
         const char *co = AT(f, l->f_code, const char *);
         const void *fn = NULL;
@@ -542,12 +560,12 @@ static int import_below(const cs_pylayout *l, const char *f, imemo *m)
                 verdict = 1;
         }
         if (m && i < IMEMO) {
-            m->f[i] = f;
-            m->co[i] = co;
-            m->fn[i] = fn;
+            m->fr[i].co = co;
+            m->fr[i].fn = fn;
         }
     }
     if (m) {
+        m->f0 = f0;
         m->n = !f && i <= IMEMO ? i : 0; /* a whole chain, or no memo */
         m->verdict = verdict;
     }
@@ -566,8 +584,20 @@ int cs_stack_importing(cs_thread *t, int gil)
      * frame not yet started above the first that runs code is no import,
      * and the memo holds whatever chain it walked */
     const char *f = t->py_walked ? t->py_rest : raw_top(l, gil);
+    if (!c || !f)
+        return import_below(l, f, NULL);
     uintptr_t h = (uintptr_t)f >> 4;
-    return import_below(l, f, c && f ? &c->imemo[(h ^ h >> 6) % IMEMOS] : NULL);
+    unsigned k = (unsigned)((h ^ h >> 6) % (IMEMOS / 2));
+    imemo *set = &c->imemo[2 * k];
+    unsigned w = c->ivictim[k] ^ 1u; /* the way used last, first */
+    int v = imemo_verdict(l, f, &set[w]);
+    if (v < 0 && (v = imemo_verdict(l, f, &set[w ^ 1])) >= 0)
+        c->ivictim[k] = (uint8_t)w; /* the other way is the last used now */
+    if (v >= 0)
+        return v;
+    w = c->ivictim[k];
+    c->ivictim[k] = (uint8_t)(w ^ 1);
+    return import_below(l, f, &set[w]);
 }
 
 /* A frame's instruction as one number: f_lasti (3.10) or the pointer to
@@ -671,6 +701,17 @@ static void memo_raw_set(memo *m, memo_frames *fr, const raw_frames *raw, int np
  * (3.11); RW_SHIM, an instruction pointer, and entries are the frames
  * right above a C-stack shim (3.12+); RW_ANY, whatever the layout says. */
 enum { RW_FIELD, RW_SHIM, RW_ANY };
+
+/* A shim or a frame not yet started lies at f where a memo has code co:
+ * the next frame that runs code must hold co (a frame that runs other
+ * code is its own next such frame). That frame, or NULL. */
+static __attribute__((noinline)) const char *code_frame_holding(const cs_pylayout *l,
+                                                                const char *f, const void *co)
+{
+    const char *g = code_frame(l, f);
+    return g != f && g && AT(g, l->f_code, const void *) == co ? g : NULL;
+}
+
 static inline __attribute__((always_inline)) int raw_walk(const cs_pylayout *l,
                                                           const memo_frames *fr, const char **fp,
                                                           int npy, const int kind)
@@ -681,27 +722,23 @@ static inline __attribute__((always_inline)) int raw_walk(const cs_pylayout *l,
     const char cstack = (char)l->owner_cstack;
     const int by_index = kind == RW_ANY && l->model == CS_PYF_OBJECT;
     const char *f = *fp;
-    for (int i = 0; i < npy; i++) {
+    const void *const *co = fr->co, *const *end = co + npy;
+    const uint64_t *want = fr->ip;
+    for (; co != end; co++, want++) {
         if (!f)
             return 0;
-        if (AT(f, o_code, const void *) != fr->co[i]) {
-            /* a shim or a frame not yet started lies there: the next frame
-             * that runs code must hold the memo's (a frame that runs other
-             * code is its own next such frame) */
-            const char *g = code_frame(l, f);
-            if (g == f || !g || AT(g, o_code, const void *) != fr->co[i])
-                return 0;
-            f = g;
-        }
+        if (__builtin_expect(AT(f, o_code, const void *) != *co, 0) &&
+            !(f = code_frame_holding(l, f, *co)))
+            return 0;
         const char *back = AT(f, o_back, const char *);
         uint64_t ip = by_index ? (uint64_t)(uint32_t)AT(f, o_instr, int)
                                : (uint64_t)(uintptr_t)AT(f, o_instr, const char *);
         /* is_entry is a C bool: 0 or 1 as it lies (any other byte fails
          * the compare, as a changed frame would) */
-        int entry = kind == RW_FIELD  ? AT(f, o_entry, unsigned char)
-                    : kind == RW_SHIM ? !back || AT(back, o_owner, char) == cstack
-                                      : is_entry(l, f);
-        if (raw_ip(ip, entry) != fr->ip[i])
+        unsigned entry = kind == RW_FIELD  ? AT(f, o_entry, unsigned char)
+                         : kind == RW_SHIM ? !back || AT(back, o_owner, char) == cstack
+                                           : (unsigned)is_entry(l, f);
+        if (raw_ip(ip, entry) != *want)
             return 0;
         f = back;
     }
