@@ -14,6 +14,7 @@
 #include "runtime.h"
 #include "seenset.h"
 #include "spin.h"
+#include "stack.h"
 #include "thread.h"
 
 /* ---- the structs, x86-64 (C Data, C Stream and C Device interfaces) ----
@@ -239,7 +240,8 @@ void cs_ar_own_memory(void (*fn)(void *ud, const void *p, size_t n), void *ud)
 
 /* ---- trampolines ---- */
 
-static void wrap_result(ar_rec *stream, void *out, int type, unsigned from);
+static void wrap_result(ar_rec *stream, void *out, int type, unsigned from,
+                        const uintptr_t *slot);
 
 static void restore(void *copy, const ar_rec *r)
 {
@@ -340,7 +342,7 @@ static void kids_judge(ar_rec *kids, cs_event *ev)
 /* R42, R44: the release of any copy of a wrapped struct. The producer's
  * release runs on a copy with its own fields restored, and what it leaves
  * is copied back. */
-static void release_body(void *self, int type)
+static void release_body(void *self, int type, const uintptr_t *slot)
 {
     const layout *L = &lay[type];
     ar_rec *r = FIELD(self, L->pd);
@@ -362,6 +364,7 @@ static void release_body(void *self, int type)
         /* said before it runs: the producer frees its private data again */
         cs_event ev = {.kind = CS_EV_AR_RELEASE, .obj = about, .a = (uint64_t)(uintptr_t)self,
                        .aux = aux, .flags = cs_opt.protect ? CS_EVF_SKIPPED : 0};
+        cs_stack_hint = slot;
         cs_emit(&ev, 1, NULL, NULL);
         if (cs_opt.protect) {
             FIELD(self, L->rel) = NULL;
@@ -390,24 +393,27 @@ static void release_body(void *self, int type)
         kids_judge(kids, &ev);
     }
     /* a kid released as it should be is no event: only its root's is */
-    if (!r->kid || (ev.aux & (CS_ARR_NOT_CLEARED | CS_ARR_KIDS_LEFT)))
+    if (!r->kid || (ev.aux & (CS_ARR_NOT_CLEARED | CS_ARR_KIDS_LEFT))) {
+        cs_stack_hint = slot; /* the consumer's call: the stack starts there */
         cs_emit(&ev, 1, NULL, NULL);
+    }
     rec_done(r, DONE_RELEASED);
 }
 
-static void release_schema(void *s) { release_body(s, CS_AR_SCHEMA); }
+static void release_schema(void *s) { release_body(s, CS_AR_SCHEMA, CS_CALLER_SLOT()); }
 static void release_array(void *s)
 {
     /* an ArrowArray, or a device array's embedded one: the record says which */
     ar_rec *r = FIELD(s, 72);
-    release_body(s, is_rec(r) && r->type == CS_AR_DEVICE_ARRAY ? CS_AR_DEVICE_ARRAY : CS_AR_ARRAY);
+    release_body(s, is_rec(r) && r->type == CS_AR_DEVICE_ARRAY ? CS_AR_DEVICE_ARRAY : CS_AR_ARRAY,
+                 CS_CALLER_SLOT());
 }
-static void release_stream(void *s) { release_body(s, CS_AR_STREAM); }
-static void release_dstream(void *s) { release_body(s, CS_AR_DEVICE_STREAM); }
+static void release_stream(void *s) { release_body(s, CS_AR_STREAM, CS_CALLER_SLOT()); }
+static void release_dstream(void *s) { release_body(s, CS_AR_DEVICE_STREAM, CS_CALLER_SLOT()); }
 
 /* R45, R46: a stream callback (k: 0 get_schema, 1 get_next, 2
  * get_last_error), on a copy with the producer's fields, on any thread */
-static uintptr_t call_body(void *self, int type, int k, void *out)
+static uintptr_t call_body(void *self, int type, int k, void *out, const uintptr_t *slot)
 {
     const layout *L = &lay[type];
     ar_rec *r = FIELD(self, L->pd);
@@ -429,6 +435,7 @@ static uintptr_t call_body(void *self, int type, int k, void *out)
                        .a = (uint64_t)(uintptr_t)self, .aux = aux,
                        .extra = (aux & CS_ARC_CONCURRENT) ? other : 0,
                        .flags = (aux & CS_ARC_RELEASED) && cs_opt.protect ? CS_EVF_SKIPPED : 0};
+        cs_stack_hint = slot;
         cs_emit(&ev, 1, NULL, NULL);
         if ((aux & CS_ARC_RELEASED) && cs_opt.protect) {
             atomic_fetch_sub(&r->in_call, 1);
@@ -449,27 +456,27 @@ static uintptr_t call_body(void *self, int type, int k, void *out)
     if (k < 2 && rc == 0 && out && cs_opt.arrow_wrap)
         wrap_result(r, out,
                     k == 0 ? CS_AR_SCHEMA : type == CS_AR_STREAM ? CS_AR_ARRAY : CS_AR_DEVICE_ARRAY,
-                    k == 0 ? CS_AR_FROM_SCHEMA : CS_AR_FROM_NEXT);
+                    k == 0 ? CS_AR_FROM_SCHEMA : CS_AR_FROM_NEXT, slot);
     return rc;
 }
 
-static int get_schema_stream(void *s, void *out) { return (int)call_body(s, CS_AR_STREAM, 0, out); }
-static int get_next_stream(void *s, void *out) { return (int)call_body(s, CS_AR_STREAM, 1, out); }
+static int get_schema_stream(void *s, void *out) { return (int)call_body(s, CS_AR_STREAM, 0, out, CS_CALLER_SLOT()); }
+static int get_next_stream(void *s, void *out) { return (int)call_body(s, CS_AR_STREAM, 1, out, CS_CALLER_SLOT()); }
 static const char *get_error_stream(void *s)
 {
-    return (const char *)call_body(s, CS_AR_STREAM, 2, NULL);
+    return (const char *)call_body(s, CS_AR_STREAM, 2, NULL, CS_CALLER_SLOT());
 }
 static int get_schema_dstream(void *s, void *out)
 {
-    return (int)call_body(s, CS_AR_DEVICE_STREAM, 0, out);
+    return (int)call_body(s, CS_AR_DEVICE_STREAM, 0, out, CS_CALLER_SLOT());
 }
 static int get_next_dstream(void *s, void *out)
 {
-    return (int)call_body(s, CS_AR_DEVICE_STREAM, 1, out);
+    return (int)call_body(s, CS_AR_DEVICE_STREAM, 1, out, CS_CALLER_SLOT());
 }
 static const char *get_error_dstream(void *s)
 {
-    return (const char *)call_body(s, CS_AR_DEVICE_STREAM, 2, NULL);
+    return (const char *)call_body(s, CS_AR_DEVICE_STREAM, 2, NULL, CS_CALLER_SLOT());
 }
 
 /* ---- wrapping ---- */
@@ -581,7 +588,8 @@ static int wrap(ar_rec *r, void *s, unsigned *bad, uint64_t *badval)
 }
 
 /* A stream callback's result, owned by its caller from birth */
-static void wrap_result(ar_rec *stream, void *out, int type, unsigned from)
+static void wrap_result(ar_rec *stream, void *out, int type, unsigned from,
+                        const uintptr_t *slot)
 {
     if (!cs_probe_read(out, lay[type].full) || !FIELD(out, lay[type].rel))
         return; /* the end of the stream */
@@ -599,6 +607,7 @@ static void wrap_result(ar_rec *stream, void *out, int type, unsigned from)
     cs_event ev = {.kind = CS_EV_AR_EXPORT, .obj = (uint64_t)(uintptr_t)r,
                    .b = (uint64_t)(uintptr_t)out, .c = (uint64_t)(uintptr_t)stream,
                    .aux = (uint16_t)(type | from)};
+    cs_stack_hint = slot;
     cs_emit(&ev, 1, NULL, NULL);
     if (bad)
         check_failed(r, NULL, bad, badval, ev.stack);

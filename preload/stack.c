@@ -1268,9 +1268,11 @@ uint32_t cs_stack_capture(cs_thread *t, int gil, int python_only, unsigned site)
     }
     /* a stack this chain gave before, on the innermost frame as the
      * thread state holds it: no more than that (capture_rest tries the
-     * rest, and everything else) */
+     * rest, and everything else). Without the GIL too: a thread that let
+     * it go in C code cannot change its own frames meanwhile (an Arrow
+     * stream read by duckdb with the GIL released) */
     memo *m;
-    if (hit && pd > 0 && gil && cs_py.layout &&
+    if (hit && pd > 0 && cs_py.layout && (gil || cs_py_live()) &&
         (m = chain_memo(t, hit, raw_top(cs_py.layout, gil), pd)))
         return memo_use(t, m, cs_trace_gen());
     return capture_rest(t, gil, nd, pd, site, first, levels, slot0, hit);

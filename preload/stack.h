@@ -23,7 +23,11 @@ uint32_t cs_stack_capture(cs_thread *t, int gil, int python_only, unsigned site)
  * address (CS_STACK_HINT() in the hook): the next capture on this thread
  * starts there instead of walking capsan's frames to it. Used once. */
 extern __thread const uintptr_t *cs_stack_hint __attribute__((tls_model("initial-exec")));
-#define CS_STACK_HINT() (cs_stack_hint = (const uintptr_t *)__builtin_frame_address(0) + 1)
+#define CS_STACK_HINT() (cs_stack_hint = CS_CALLER_SLOT())
+/* the slot holding this function's return address: a callback that foreign
+ * code calls passes it on to the body that emits, whose own frame's slot
+ * holds an address in capsan */
+#define CS_CALLER_SLOT() ((const uintptr_t *)__builtin_frame_address(0) + 1)
 /* Is this thread running an import: an importlib frame below the Python
  * frames its last capture recorded (all of them if it recorded none)?
  * What it allocates then is module data, also when the import lies
