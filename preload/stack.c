@@ -382,7 +382,9 @@ typedef struct rentry {
 } rentry;
 
 /* cs_stack_importing's last walk (import_below) */
-#define IMEMO 48
+/* frames a memo keeps: a test under pytest runs 40 to 60 deep, and a
+ * longer chain has no memo (its every allocation walks and reads names) */
+#define IMEMO 128
 /* by the top frame, two ways a set: a loop's allocations come from a few
  * top frames, next to each other when one call is a Python function
  * (np.ones): one way a set thrashed when two such frames met in a set */

@@ -14,7 +14,7 @@ import np_leaky as L
 d = os.path.join(os.environ["TMPD"], "mods")
 os.makedirs(d, exist_ok=True)
 sys.path.insert(0, d)
-for k in range(6):
+for k in range(8):
     with open(os.path.join(d, f"datamod{k}.py"), "w") as f:
         f.write("import numpy as np\nimport np_leaky as L\nL.keep_forever(np.ones(16))\n")
 
@@ -27,8 +27,9 @@ def leak():
     L.keep_forever(np.ones(16))  # <-- leak
 
 
-for k in range(6):
-    depth = (5, 30, 70)[k % 3]
+for k in range(8):
+    # 200: past the 128 frames the import check remembers
+    depth = (5, 30, 70, 200)[k % 4]
     at_depth(depth, lambda: importlib.import_module(f"datamod{k}"))
     at_depth(depth, leak)
 print("done")
