@@ -4,6 +4,7 @@
 #   make test       install what is missing, build, run the whole test suite
 #   make bench      overhead benchmarks (ratios against a plain run)
 #   make bench-quick  only their instruction counts (callgrind), a few minutes
+#   make bench-floor  the same for a runtime whose events end as they start
 #   make fuzz FUZZ_SECONDS=N   fuzz `capsan report` (libFuzzer, ASan+UBSan)
 #   make asan       the runtime under ASan over the DLPack and NumPy scenarios
 #   make stress     tests/test_stress.py 20 times in a row, large (STRESS_RUNS=, STRESS_SCALE=)
@@ -33,7 +34,7 @@ MODEL_SRC := $(wildcard model/*.c)
 # four files; inlined across them an event costs less (W1 -500 and W2 -280
 # instructions an iteration by callgrind). One partition: the asm stubs
 # (capsule.c, xapi.c) define local labels the C code refers to.
-RT_CFLAGS := $(CFLAGS) -fPIC -fvisibility=hidden -Ipreload -Imodel -flto
+RT_CFLAGS := $(CFLAGS) -fPIC -fvisibility=hidden -Ipreload -Imodel -flto $(RT_DEFS)
 # -flto-partition is gcc's (clang's -flto links one module anyway)
 RT_LTO_LINK := $(if $(shell $(CC) --version 2>/dev/null | grep -i clang),,-flto-partition=one)
 RT_SRC   := $(wildcard preload/*.c) $(MODEL_SRC)
@@ -191,6 +192,17 @@ bench: all fixtures venvs arrow-venvs
 .PHONY: bench-quick
 bench-quick: all venvs
 	@BENCH_ONLY=icount BENCH_CG_QUICK=1 $(PYTHON) bench/run.py
+
+# The floor under any event path: the runtime built with events that end
+# as they start (cs_emit returns: no thread, stack, table or trace), so
+# only the hooks, the trampolines and the per-call checks and copies run.
+# A lower bound: with no table a deleter trampoline has no original to
+# forward to, and the program frees less. W2, W3 and W4, as bench-quick.
+.PHONY: bench-floor
+bench-floor: all venvs arrow-venvs
+	@$(MAKE) --no-print-directory B=$(B)/floor RT_DEFS=-DCS_BENCH_FLOOR $(B)/floor/lib/libcapsan.so
+	@BENCH_LIB=$(abspath $(B)/floor/lib/libcapsan.so) BENCH_ONLY=icount BENCH_CG_QUICK=1 \
+	  BENCH_CG_MEMRAY=0 BENCH_CG_FLOOR=1 BENCH_CG_WORKLOADS=W2,W3,W4s,W4r $(PYTHON) bench/run.py
 
 # PREFIX/bin/capsan, PREFIX/lib/libcapsan.so, and the package with its
 # dist-info (pytest11 entry point, RECORD) in $(PYTHON)'s site directory for
