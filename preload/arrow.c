@@ -243,6 +243,14 @@ void cs_ar_own_memory(void (*fn)(void *ud, const void *p, size_t n), void *ud)
 static void wrap_result(ar_rec *stream, void *out, int type, unsigned from,
                         const uintptr_t *slot);
 
+/* A trampoline's event, its stack from slot on: the return address of
+ * the callback foreign code called (its body's own lies in capsan) */
+static void emit_from(cs_event *ev, const uintptr_t *slot)
+{
+    cs_stack_hint = slot;
+    cs_emit(ev, 1, NULL, NULL);
+}
+
 static void restore(void *copy, const ar_rec *r)
 {
     const layout *L = &lay[r->type];
@@ -364,8 +372,7 @@ static void release_body(void *self, int type, const uintptr_t *slot)
         /* said before it runs: the producer frees its private data again */
         cs_event ev = {.kind = CS_EV_AR_RELEASE, .obj = about, .a = (uint64_t)(uintptr_t)self,
                        .aux = aux, .flags = cs_opt.protect ? CS_EVF_SKIPPED : 0};
-        cs_stack_hint = slot;
-        cs_emit(&ev, 1, NULL, NULL);
+        emit_from(&ev, slot);
         if (cs_opt.protect) {
             FIELD(self, L->rel) = NULL;
             return;
@@ -393,10 +400,8 @@ static void release_body(void *self, int type, const uintptr_t *slot)
         kids_judge(kids, &ev);
     }
     /* a kid released as it should be is no event: only its root's is */
-    if (!r->kid || (ev.aux & (CS_ARR_NOT_CLEARED | CS_ARR_KIDS_LEFT))) {
-        cs_stack_hint = slot; /* the consumer's call: the stack starts there */
-        cs_emit(&ev, 1, NULL, NULL);
-    }
+    if (!r->kid || (ev.aux & (CS_ARR_NOT_CLEARED | CS_ARR_KIDS_LEFT)))
+        emit_from(&ev, slot);
     rec_done(r, DONE_RELEASED);
 }
 
@@ -435,8 +440,7 @@ static uintptr_t call_body(void *self, int type, int k, void *out, const uintptr
                        .a = (uint64_t)(uintptr_t)self, .aux = aux,
                        .extra = (aux & CS_ARC_CONCURRENT) ? other : 0,
                        .flags = (aux & CS_ARC_RELEASED) && cs_opt.protect ? CS_EVF_SKIPPED : 0};
-        cs_stack_hint = slot;
-        cs_emit(&ev, 1, NULL, NULL);
+        emit_from(&ev, slot);
         if ((aux & CS_ARC_RELEASED) && cs_opt.protect) {
             atomic_fetch_sub(&r->in_call, 1);
             return k == 2 ? 0 : (uintptr_t)EINVAL;
@@ -460,8 +464,14 @@ static uintptr_t call_body(void *self, int type, int k, void *out, const uintptr
     return rc;
 }
 
-static int get_schema_stream(void *s, void *out) { return (int)call_body(s, CS_AR_STREAM, 0, out, CS_CALLER_SLOT()); }
-static int get_next_stream(void *s, void *out) { return (int)call_body(s, CS_AR_STREAM, 1, out, CS_CALLER_SLOT()); }
+static int get_schema_stream(void *s, void *out)
+{
+    return (int)call_body(s, CS_AR_STREAM, 0, out, CS_CALLER_SLOT());
+}
+static int get_next_stream(void *s, void *out)
+{
+    return (int)call_body(s, CS_AR_STREAM, 1, out, CS_CALLER_SLOT());
+}
 static const char *get_error_stream(void *s)
 {
     return (const char *)call_body(s, CS_AR_STREAM, 2, NULL, CS_CALLER_SLOT());
@@ -607,8 +617,7 @@ static void wrap_result(ar_rec *stream, void *out, int type, unsigned from,
     cs_event ev = {.kind = CS_EV_AR_EXPORT, .obj = (uint64_t)(uintptr_t)r,
                    .b = (uint64_t)(uintptr_t)out, .c = (uint64_t)(uintptr_t)stream,
                    .aux = (uint16_t)(type | from)};
-    cs_stack_hint = slot;
-    cs_emit(&ev, 1, NULL, NULL);
+    emit_from(&ev, slot);
     if (bad)
         check_failed(r, NULL, bad, badval, ev.stack);
 }
