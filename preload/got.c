@@ -15,6 +15,7 @@
 typedef struct slot {
     uintptr_t addr;
     uintptr_t orig;
+    uintptr_t repl; /* what was written: restored only while it is still there */
     int ro;       /* inside PT_GNU_RELRO: read-only once relocated */
 } slot;
 
@@ -42,6 +43,10 @@ static size_t pagesz;
  * the few objects an only_in hook applies to): most relocations of a
  * large library are dismissed by one bit test */
 static uint64_t letters_general[4], letters_all[4];
+
+/* each hook's symbol as the global scope resolves it (dlsym), looked up the
+ * first time a data relocation names it: 0 not yet, 1 none */
+static uintptr_t defined_at[64];
 
 void cs_got_init(const cs_hook *h, int n, const void *self)
 {
@@ -105,6 +110,36 @@ static const cs_hook *match(const char *s, const char *obj, const uint64_t *lett
     return any;
 }
 
+/* A data relocation (R_X86_64_64) fills a variable or a table entry, not a
+ * call slot: `void (*mpd_free)(void *) = free;` in libmpdec, expat's default
+ * {malloc, realloc, free}. The program may write such a variable after it
+ * was relocated: CPython's _decimal sets mpd_free = PyMem_Free at import.
+ * When capsan starts late (import capsan, the pytest plugin), rewriting that
+ * variable with the hook of the name the relocation still carries would pair
+ * PyMem_Malloc's blocks with free(). So a data slot is taken only while it
+ * still holds the symbol's own address. Every hook forwards to the function
+ * it stands in for, so a pointer taken before the start (left alone: its
+ * calls are not seen) and the hooked one after it free with the same
+ * deallocator either way; the only unsafe write is over a value the program
+ * chose, and that is what this refuses. */
+static int data_slot_untouched(const cs_hook *h, uintptr_t value)
+{
+    int i = (int)(h - hooks);
+    if (i < 0 || i >= (int)(sizeof defined_at / sizeof defined_at[0]))
+        return 0;
+    if (!defined_at[i]) {
+        void *d = dlsym(RTLD_DEFAULT, h->name);
+        defined_at[i] = d ? (uintptr_t)d : 1;
+    }
+    if (value == defined_at[i])
+        return 1;
+    /* a symbol version or a scope other than the global one (RTLD_LOCAL,
+     * DEEPBIND) may bind the same name elsewhere: the address's own name */
+    Dl_info di;
+    return value && dladdr((void *)value, &di) && di.dli_sname &&
+           (uintptr_t)di.dli_saddr == value && strcmp(di.dli_sname, h->name) == 0;
+}
+
 static void write_slot(patched *p, uintptr_t addr, uintptr_t val, uintptr_t relro_lo,
                        uintptr_t relro_hi)
 {
@@ -117,6 +152,7 @@ static void write_slot(patched *p, uintptr_t addr, uintptr_t val, uintptr_t relr
         p->slots = ns;
         ns[p->nslots].addr = addr;
         ns[p->nslots].orig = *(uintptr_t *)addr;
+        ns[p->nslots].repl = val;
         ns[p->nslots].ro = ro;
         p->nslots++;
         __atomic_store_n((uintptr_t *)addr, val, __ATOMIC_RELEASE);
@@ -134,10 +170,12 @@ static void patch_relocs(patched *p, uintptr_t base, const ElfW(Sym) *symtab, co
     for (size_t off = 0; off + ent <= relsz; off += ent) {
         uintptr_t r_offset;
         size_t r_info;
+        intptr_t addend = 0;
         if (is_rela) {
             const ElfW(Rela) *r = (const ElfW(Rela) *)((const char *)rel + off);
             r_offset = r->r_offset;
             r_info = r->r_info;
+            addend = (intptr_t)r->r_addend;
         } else {
             const ElfW(Rel) *r = (const ElfW(Rel) *)((const char *)rel + off);
             r_offset = r->r_offset;
@@ -155,7 +193,12 @@ static void patch_relocs(patched *p, uintptr_t base, const ElfW(Sym) *symtab, co
         if (!h)
             continue;
         uintptr_t addr = base + r_offset;
-        if (*(uintptr_t *)addr == (uintptr_t)h->replacement)
+        uintptr_t cur = *(uintptr_t *)addr;
+        if (cur == (uintptr_t)h->replacement)
+            continue;
+        /* a call slot (JUMP_SLOT, GLOB_DAT) is the linker's alone; a data
+         * slot is also the program's (data_slot_untouched) */
+        if (type == R_X86_64_64 && (addend || !data_slot_untouched(h, cur)))
             continue;
         write_slot(p, addr, (uintptr_t)h->replacement, relro_lo, relro_hi);
     }
@@ -306,7 +349,12 @@ void cs_got_restore(void)
             uintptr_t page = p->slots[j].addr & ~(uintptr_t)(pagesz - 1);
             if (p->slots[j].ro && mprotect((void *)page, pagesz, PROT_READ | PROT_WRITE) != 0)
                 continue;
-            __atomic_store_n((uintptr_t *)p->slots[j].addr, p->slots[j].orig, __ATOMIC_RELEASE);
+            /* only where the hook still is: a data slot the program wrote
+             * since (_decimal imported after the start sets mpd_free) keeps
+             * the program's value */
+            uintptr_t want = p->slots[j].repl;
+            __atomic_compare_exchange_n((uintptr_t *)p->slots[j].addr, &want, p->slots[j].orig, 0,
+                                        __ATOMIC_RELEASE, __ATOMIC_RELAXED);
             if (p->slots[j].ro)
                 mprotect((void *)page, pagesz, PROT_READ);
         }
