@@ -204,10 +204,10 @@ size_t cs_lc_live_held_by(cs_lifecycle *lc, int ns, const uint32_t *threads, siz
                           cs_lc_held **out);
 
 /* The runtime's watch on consumed tensors' data (dataguard.c): called with
- * sign +1 when a tensor whose data span is known is consumed, -1 when it
- * stops being consumed (released, or lent again), under its stripe's lock.
- * NULL (the report tool): nothing is called. */
-extern void (*cs_lc_data_watch)(uint64_t data, uint64_t bytes, int sign);
+ * sign +1 when tensor `key` whose data span is known is consumed, -1 when
+ * it stops being consumed (released, or lent again), under its stripe's
+ * lock. NULL (the report tool): nothing is called. */
+extern void (*cs_lc_data_watch)(uint64_t key, uint64_t data, uint64_t bytes, int sign);
 /* The runtime's crash-safe mirror of live objects (livestate.c): a slot
  * when an object is made (its first event), news of its consume, the end
  * of it. Called under the object's stripe lock, with that stripe's index
@@ -232,10 +232,6 @@ static inline uint32_t cs_np_free_stale(const cs_event *born, const cs_event *fr
         return CS_STALE_REPOINTED;
     return 0;
 }
-
-/* The consumed, unreleased tensors whose data span overlaps [lo, hi):
- * up to max of them into out; returns how many. Locks each stripe. */
-size_t cs_lc_consumed_in(cs_lifecycle *lc, uint64_t lo, uint64_t hi, uint64_t *out, size_t max);
 
 /* Running totals of live objects, kept as events are judged (cheap). */
 typedef struct cs_lc_totals {

@@ -283,13 +283,13 @@ static void ot_flush(cs_lifecycle *lc, obj *o, judge *j)
     o->nflushed = o->nhist;
 }
 
-void (*cs_lc_data_watch)(uint64_t data, uint64_t bytes, int sign);
+void (*cs_lc_data_watch)(uint64_t key, uint64_t data, uint64_t bytes, int sign);
 
 /* o stops being a consumed tensor with a known data span */
 static inline void unwatch(const obj *o)
 {
     if (o->ns == CS_NS_DLPACK && o->state == CS_ST_CONSUMED && o->data && cs_lc_data_watch)
-        cs_lc_data_watch(o->data, o->bytes, -1);
+        cs_lc_data_watch(o->key, o->data, o->bytes, -1);
 }
 
 void ot_reset(stripe *st, obj *o)
@@ -679,23 +679,6 @@ size_t cs_lc_live(cs_lifecycle *lc)
         for (size_t j = 0; j < st->cap; j++)
             if (st->tab[j].key && st->tab[j].state != CS_ST_RELEASED)
                 n++;
-    }
-    return n;
-}
-
-size_t cs_lc_consumed_in(cs_lifecycle *lc, uint64_t lo, uint64_t hi, uint64_t *out, size_t max)
-{
-    size_t n = 0;
-    for (int i = 0; i < NSTRIPES && n < max; i++) {
-        stripe *st = &lc->s[i];
-        ot_lock(lc, st);
-        for (size_t k = 0; k < st->cap && n < max; k++) {
-            const obj *o = &st->tab[k];
-            if (o->key && o->ns == CS_NS_DLPACK && o->state == CS_ST_CONSUMED && o->data &&
-                o->data < hi && lo < o->data + (o->bytes ? o->bytes : 1))
-                out[n++] = o->key;
-        }
-        ot_unlock(lc, st);
     }
     return n;
 }

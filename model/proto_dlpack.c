@@ -105,7 +105,7 @@ static unsigned on_consume(cs_lifecycle *lc, stripe *st, obj *o, const cs_event 
     if (!(ev->flags & CS_EVF_OFFSET_IGNORED))
         o->data = ev->c;
     if (o->data && cs_lc_data_watch)
-        cs_lc_data_watch(o->data, o->bytes, 1);
+        cs_lc_data_watch(o->key, o->data, o->bytes, 1);
     if (ev->a == o->capsule)
         o->flags |= OF_CAPSULE_USED;
     if (o->slot && cs_lc_live_consumed)

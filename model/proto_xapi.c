@@ -31,7 +31,7 @@ static unsigned on_birth(cs_lifecycle *lc, stripe *st, obj *o, const cs_event *e
     o->state = CS_ST_CONSUMED;
     o->data = ev->a;
     if (o->data && cs_lc_data_watch)
-        cs_lc_data_watch(o->data, o->bytes, 1);
+        cs_lc_data_watch(o->key, o->data, o->bytes, 1);
     if (o->slot && cs_lc_live_consumed)
         cs_lc_live_consumed(o->slot, ev->stack);
     return 0;

@@ -23,10 +23,13 @@ int cs_dg_hooks_ready(void);
  * address whose free() they must see (cs_dg_mark), so one load tells
  * every free() of an ordinary block that nobody cares. */
 #define CS_DG_GRAIN 8
-extern _Atomic uint16_t cs_dg_pages[4096];
+/* 65536 slots (128 KiB): with 10,000 consumed tensors alive a quarter of
+ * them count one (4096 slots were all taken, and every free() went on) */
+#define CS_DG_BITS 16
+extern _Atomic uint16_t cs_dg_pages[1u << CS_DG_BITS];
 static inline unsigned cs_dg_page(uintptr_t granule)
 {
-    return (unsigned)(((uint64_t)granule * 0x9e3779b97f4a7c15ull) >> 52);
+    return (unsigned)(((uint64_t)granule * 0x9e3779b97f4a7c15ull) >> (64 - CS_DG_BITS));
 }
 /* the free() of a block at p may concern a watcher */
 static inline int cs_dg_hit(uintptr_t p)

@@ -8,6 +8,7 @@
  * lies before T's elements and loses T's last k bytes. */
 #include "reexport.h"
 
+#include "dataindex.h"
 #include "lifecycle.h"
 #include "runtime.h"
 #include "young.h"
@@ -17,11 +18,11 @@ void cs_dl_reexport_slow(const cs_loan *l, uint64_t start, uint32_t stack)
     if (!cs_recording || !cs_lc)
         return;
     uint64_t hit[8];
-    cs_young_dl_adopt_data(start, start + 1);
-    size_t n = cs_lc_consumed_in(cs_lc, start, start + 1, hit, 8);
+    size_t n = cs_di_starts_in(start, start + 1, hit, 8);
     for (size_t i = 0; i < n; i++) {
         if (hit[i] == (uint64_t)(uintptr_t)l->mt)
             continue;
+        cs_young_dl_adopt(hit[i]); /* judged by the lifecycle from here */
         cs_event origin;
         cs_lc_lock(cs_lc, hit[i]);
         int live = cs_lc_origin(cs_lc, CS_NS_DLPACK, hit[i], &origin) &&

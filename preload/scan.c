@@ -2,6 +2,7 @@
 #include "scan.h"
 
 #include "arrow.h"
+#include "dataindex.h"
 #include "quarantine.h"
 #include "reach.h"
 #include "runtime.h"
@@ -19,6 +20,7 @@ int cs_scan_process(const uint64_t *keys, size_t n, const void *also, size_t als
     cs_findings_own_memory(cs_reach_own, r);
     cs_qr_own_memory(cs_reach_own, r); /* freed blocks, their free deferred */
     cs_ar_own_memory(cs_reach_own, r);
+    cs_di_own_memory(cs_reach_own, r); /* consumed tensors' keys by data start */
     cs_reach_run(r, cb, ud);
     return 0;
 }

@@ -19,6 +19,7 @@
 #include "capsan.h"
 #include "capsule.h"
 #include "dataguard.h"
+#include "dataindex.h"
 #include "pyalloc.h"
 #include "deleter.h"
 #include "got.h"
@@ -239,10 +240,12 @@ static void fork_prepare(void)
     cs_trace_fork_lock(1);
     cs_qr_fork_lock(1); /* held for no other lock */
     cs_thread_fork_lock(1); /* nor this one */
+    cs_di_fork_lock(1);     /* innermost: taken under a tensor's own lock */
 }
 
 static void fork_parent(void)
 {
+    cs_di_fork_lock(0);
     cs_thread_fork_lock(0);
     cs_qr_fork_lock(0);
     cs_trace_fork_lock(0);
@@ -254,6 +257,7 @@ static void fork_parent(void)
 
 static void fork_child(void)
 {
+    cs_di_fork_lock(0);
     cs_qr_fork_lock(0);
     cs_trace_fork_lock(0);
     cs_stack_fork_lock(0);

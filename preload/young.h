@@ -52,9 +52,6 @@ static inline void cs_young_dl_adopt(uint64_t key)
         atomic_load_explicit(&cs_young_dl_held[cs_lc_np_live_at(key)], memory_order_relaxed))
         cs_young_dl_adopt_slow(key);
 }
-/* Before the lifecycle's consumed tensors whose data starts in [lo, hi)
- * are looked up: those threads hold move into its table. */
-void cs_young_dl_adopt_data(uint64_t lo, uint64_t hi);
 /* capsan's own memory that holds block addresses (the leak scan skips it) */
 void cs_young_own_memory(void (*fn)(void *ud, const void *p, size_t n), void *ud);
 

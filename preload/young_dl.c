@@ -75,7 +75,7 @@ static inline void clear_slot(dl_young *d, unsigned i)
 static inline void watch(dl_young *d, unsigned i, int sign)
 {
     if (d->data[i] && cs_lc_data_watch)
-        cs_lc_data_watch(d->data[i], d->ev[i][0].c, sign);
+        cs_lc_data_watch(d->ev[i][0].obj, d->data[i], d->ev[i][0].c, sign);
 }
 
 /* the live tensor at place i goes to the lifecycle (y->mu held) */
@@ -113,6 +113,20 @@ static inline int held_live(uint64_t key)
     return atomic_load_explicit(&ylive[cs_lc_np_live_at(key)], memory_order_relaxed) != 0;
 }
 
+/* A tensor at `key` is alive in the lifecycle. Its filter counts by a hash
+ * of the address: with 10,000 tensors alive there a seventh of its slots
+ * count, and every export landing on one would go the lifecycle's slower
+ * way; the table's own answer costs a lookup instead. */
+static int lc_live(uint64_t key)
+{
+    if (!atomic_load_explicit(&cs_lc_dl_live[cs_lc_np_live_at(key)], memory_order_relaxed))
+        return 0;
+    cs_lc_lock(lc, key);
+    int st = cs_lc_state(lc, CS_NS_DLPACK, key);
+    cs_lc_unlock(lc, key);
+    return st == CS_ST_CREATED || st == CS_ST_CONSUMED;
+}
+
 /* An export in a capsule, or a birth through the exchange API that hands
  * its caller an owning tensor (from_py; to_py's, taken): consumed from
  * birth, its data at ev->a (proto_xapi.c). Views, NULL deleters and a
@@ -123,8 +137,7 @@ static int take_export(cs_thread *t, cs_event *ev)
     if ((x && ((ev->aux & CS_DLV_XVIEW) ||
                ((ev->aux & CS_DLV_XTO) && !(ev->aux & CS_DLV_HANDED)))) ||
         (ev->flags & CS_EVF_NULL_DELETER) ||
-        atomic_load_explicit(&cs_lc_dl_live[cs_lc_np_live_at(ev->obj)], memory_order_relaxed) ||
-        held_live(ev->obj))
+        lc_live(ev->obj) || held_live(ev->obj))
         return 0;
     young *y = cs_young_of(t);
     if (!y)
@@ -291,26 +304,6 @@ void cs_young_dl_adopt_slow(uint64_t key)
     young_each(look, &f);
     if (!f.live && f.best)
         young_each(take_best, &f);
-}
-
-typedef struct data_range {
-    uint64_t lo, hi;
-} data_range;
-
-static void adopt_in(young *y, void *ud)
-{
-    const data_range *r = ud;
-    for (unsigned i = 0; i < DLY; i++)
-        if (y->dl.ev[i][0].obj && y->dl.data[i] >= r->lo && y->dl.data[i] < r->hi)
-            adopt_live(&y->dl, i);
-}
-
-void cs_young_dl_adopt_data(uint64_t lo, uint64_t hi)
-{
-    if (!enabled)
-        return;
-    data_range r = {lo, hi};
-    young_each(adopt_in, &r);
 }
 
 void cs_young_dl_flush_locked(young *y, int all)

@@ -12,10 +12,13 @@ from conftest import (DEFAULT_EXITCODE, SCENARIOS, assert_finding_at, findings, 
 S = SCENARIOS / "dl_data_freed.py"
 
 
-@pytest.mark.parametrize("layout", ["bug", "bug-header"])
+@pytest.mark.parametrize("layout", ["bug", "bug-header", "bug-crowd"])
 def test_image_freed_under_the_consumer(tmp_path, anypy, layout):
     """The free of the pixels' block: the pixels alone, or a frame header
-    and then the pixels (the data starts inside the freed block)."""
+    and then the pixels (the data starts inside the freed block), or the
+    pixels alone while 3,000 other consumed tensors are alive (each free()
+    is judged by the consumed-data index, not by the last start its filter
+    slot saw)."""
     res = run_capsan(S, tmp_path, interpreter=anypy, args=[layout])
     assert res.returncode == DEFAULT_EXITCODE and "done" in res.stdout, res.describe()
     f = assert_finding_at(res, "dlpack-data-freed", S, "image-dies", event="free")

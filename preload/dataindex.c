@@ -1,0 +1,149 @@
+/* The consumed-data index (see dataindex.h): a hash of 256-byte granules
+ * of data starts, each bucket a chain of (start, tensor, count) entries.
+ * Entries come from mmap'd chunks and go back to a free list, never to
+ * free(): capsan's free() hook reads this index, and the process's
+ * allocator may be the program's own. */
+#include "dataindex.h"
+
+#include <sys/mman.h>
+
+#include "spin.h"
+
+#define GRAIN 8
+#define NB_BITS 16                 /* buckets: with 30,000 live tensors, chains < 1 */
+#define NB (1u << NB_BITS)
+#define CHUNK_BITS 12              /* entries a chunk */
+#define NCHUNKS 4096               /* up to 16M entries */
+/* a range of more granules than this is looked up bucket by bucket */
+#define MAX_GRANULES 64
+
+typedef struct entry {
+    uint64_t data, key;
+    uint32_t n;    /* times added less times removed */
+    uint32_t next; /* the chain's (or the free list's) next, 0 = none */
+} entry;
+
+static cs_spin mu = CS_SPIN_INIT;
+static uint32_t head[NB];
+static entry *chunks[NCHUNKS];
+static uint32_t nused = 1; /* entry 0 is "none" */
+static uint32_t free_list;
+
+static inline unsigned bucket_of(uint64_t granule)
+{
+    return (unsigned)((granule * 0x9e3779b97f4a7c15ull) >> (64 - NB_BITS));
+}
+
+static inline entry *at(uint32_t i)
+{
+    return &chunks[i >> CHUNK_BITS][i & ((1u << CHUNK_BITS) - 1)];
+}
+
+static uint32_t entry_new(void)
+{
+    if (free_list) {
+        uint32_t i = free_list;
+        free_list = at(i)->next;
+        return i;
+    }
+    unsigned c = nused >> CHUNK_BITS;
+    if (c >= NCHUNKS)
+        return 0;
+    if (!chunks[c]) {
+        void *m = mmap(NULL, sizeof(entry) << CHUNK_BITS, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (m == MAP_FAILED)
+            return 0;
+        chunks[c] = m;
+    }
+    return nused++;
+}
+
+void cs_di_add(uint64_t data, uint64_t key)
+{
+    unsigned b = bucket_of(data >> GRAIN);
+    cs_spin_lock(&mu);
+    for (uint32_t i = head[b]; i; i = at(i)->next)
+        if (at(i)->data == data && at(i)->key == key) {
+            at(i)->n++;
+            cs_spin_unlock(&mu);
+            return;
+        }
+    uint32_t i = entry_new();
+    if (i) { /* out of entries: that tensor's data goes unwatched */
+        *at(i) = (entry){.data = data, .key = key, .n = 1, .next = head[b]};
+        head[b] = i;
+    }
+    cs_spin_unlock(&mu);
+}
+
+void cs_di_remove(uint64_t data, uint64_t key)
+{
+    unsigned b = bucket_of(data >> GRAIN);
+    cs_spin_lock(&mu);
+    for (uint32_t *link = &head[b], i; (i = *link); link = &at(i)->next) {
+        entry *e = at(i);
+        if (e->data != data || e->key != key)
+            continue;
+        if (--e->n == 0) {
+            *link = e->next;
+            e->key = e->data = 0; /* no stale key for anyone to find */
+            e->next = free_list;
+            free_list = i;
+        }
+        break;
+    }
+    cs_spin_unlock(&mu);
+}
+
+static size_t put(uint64_t key, uint64_t *keys, size_t n, size_t max)
+{
+    for (size_t k = 0; k < n; k++)
+        if (keys[k] == key)
+            return n;
+    if (n < max)
+        keys[n++] = key;
+    return n;
+}
+
+size_t cs_di_starts_in(uint64_t lo, uint64_t hi, uint64_t *keys, size_t max)
+{
+    size_t n = 0;
+    if (hi <= lo)
+        return 0;
+    uint64_t g0 = lo >> GRAIN, g1 = (hi - 1) >> GRAIN;
+    cs_spin_lock(&mu);
+    if (g1 - g0 < MAX_GRANULES) {
+        /* each granule's own bucket, taking only that granule's entries
+         * (two granules of the range may share a bucket) */
+        for (uint64_t g = g0; g <= g1; g++)
+            for (uint32_t i = head[bucket_of(g)]; i; i = at(i)->next) {
+                const entry *e = at(i);
+                if (e->data >> GRAIN == g && e->data >= lo && e->data < hi)
+                    n = put(e->key, keys, n, max);
+            }
+    } else {
+        for (unsigned b = 0; b < NB; b++)
+            for (uint32_t i = head[b]; i; i = at(i)->next) {
+                const entry *e = at(i);
+                if (e->data >= lo && e->data < hi)
+                    n = put(e->key, keys, n, max);
+            }
+    }
+    cs_spin_unlock(&mu);
+    return n;
+}
+
+void cs_di_own_memory(void (*fn)(void *ud, const void *p, size_t n), void *ud)
+{
+    for (unsigned c = 0; c < NCHUNKS && chunks[c]; c++)
+        fn(ud, chunks[c], sizeof(entry) << CHUNK_BITS);
+}
+
+void cs_di_fork_lock(int lock)
+{
+    if (lock)
+        cs_spin_lock(&mu);
+    else
+        cs_spin_unlock(&mu);
+}
