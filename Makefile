@@ -183,15 +183,21 @@ wheel:
 test-wheel: wheel venvs
 	@cd tests && $(PYTHON) -m pytest -q -p no:cacheprovider test_wheel.py $(PYTEST_ARGS)
 
-bench: all fixtures venvs arrow-venvs
-	@$(PYTHON) bench/run.py
+FLOOR_LIB := $(B)/floor/lib/libcapsan.so
+.PHONY: floor-lib
+floor-lib:
+	@$(MAKE) --no-print-directory B=$(B)/floor RT_DEFS=-DCS_BENCH_FLOOR $(FLOOR_LIB)
+
+bench: all fixtures venvs arrow-venvs floor-lib
+	@BENCH_FLOOR_LIB=$(abspath $(FLOOR_LIB)) $(PYTHON) bench/run.py
 
 # instructions per loop iteration under callgrind only (bench/icount.py):
-# W1, W2, W3 plain, under capsan and under memray, without the 0-iteration
-# runs and memray's other cases
+# W1, W1d, W2, W2b, W5, W3 (and W4 with the Arrow venv) plain, under the
+# floor's runtime (below), under capsan and under memray, without the
+# 0-iteration runs and memray's other cases
 .PHONY: bench-quick
-bench-quick: all venvs
-	@BENCH_ONLY=icount BENCH_CG_QUICK=1 $(PYTHON) bench/run.py
+bench-quick: all venvs floor-lib
+	@BENCH_FLOOR_LIB=$(abspath $(FLOOR_LIB)) BENCH_ONLY=icount BENCH_CG_QUICK=1 $(PYTHON) bench/run.py
 
 # The floor under any event path: the runtime built with events that end
 # as they start (cs_emit returns: no thread, stack, table or trace), so
@@ -199,9 +205,8 @@ bench-quick: all venvs
 # A lower bound: with no table a deleter trampoline has no original to
 # forward to, and the program frees less. W2, W3 and W4, as bench-quick.
 .PHONY: bench-floor
-bench-floor: all venvs arrow-venvs
-	@$(MAKE) --no-print-directory B=$(B)/floor RT_DEFS=-DCS_BENCH_FLOOR $(B)/floor/lib/libcapsan.so
-	@BENCH_LIB=$(abspath $(B)/floor/lib/libcapsan.so) BENCH_ONLY=icount BENCH_CG_QUICK=1 \
+bench-floor: all venvs arrow-venvs floor-lib
+	@BENCH_LIB=$(abspath $(FLOOR_LIB)) BENCH_ONLY=icount BENCH_CG_QUICK=1 \
 	  BENCH_CG_MEMRAY=0 BENCH_CG_FLOOR=1 BENCH_CG_WORKLOADS=W2,W3,W4s,W4r $(PYTHON) bench/run.py
 
 # PREFIX/bin/capsan, PREFIX/lib/libcapsan.so, and the package with its

@@ -4,7 +4,7 @@
  * lies; it tells the watch below as they come and go (under their stripe
  * lock). The watch counts where their data starts, by 256-byte granule,
  * and keeps each start in the consumed-data index (dataindex.c): a free()
- * of a block that cannot hold a data start costs one load (dataguard.h's
+ * of a block that cannot hold a data start costs one load (freefilter.h's
  * filter, shared with numpy.c's handler ctx watch), and a block near one
  * an index lookup. A tensor's own deleter frees its data after the tensor
  * was released, so those frees never match. */
@@ -21,8 +21,6 @@
 #include "xapi.h"
 #include "young.h"
 
-_Atomic uint16_t cs_dg_pages[1u << CS_DG_BITS];
-
 static void watch(uint64_t key, uint64_t data, uint64_t n, int sign)
 {
     (void)n;
@@ -30,17 +28,10 @@ static void watch(uint64_t key, uint64_t data, uint64_t n, int sign)
         cs_di_add(data, key);
     else
         cs_di_remove(data, key);
-    uintptr_t g = (uintptr_t)(data >> CS_DG_GRAIN);
+    uintptr_t g = (uintptr_t)(data >> CS_FF_GRAIN);
     /* wraps only if 65536 live tensors shared a slot: then only more lookups */
-    atomic_fetch_add_explicit(&cs_dg_pages[cs_dg_page(g)], (uint16_t)sign, memory_order_relaxed);
-    atomic_fetch_add_explicit(&cs_dg_pages[cs_dg_page(g - 1)], (uint16_t)sign,
-                              memory_order_relaxed);
-}
-
-void cs_dg_mark(uintptr_t p)
-{
-    atomic_fetch_add_explicit(&cs_dg_pages[cs_dg_page(p >> CS_DG_GRAIN)], 1,
-                              memory_order_relaxed);
+    cs_ff_count(g, sign);
+    cs_ff_count(g - 1, sign);
 }
 
 void cs_dg_init(void)
@@ -57,7 +48,7 @@ void cs_dg_check_slow(uintptr_t p, unsigned how)
      * granule). The index says exactly which are there, before the
      * block's size is asked (most blocks that pass hold none). */
     uint64_t hit[8];
-    uint64_t near = (((uint64_t)p >> CS_DG_GRAIN) + 2) << CS_DG_GRAIN;
+    uint64_t near = (((uint64_t)p >> CS_FF_GRAIN) + 2) << CS_FF_GRAIN;
     size_t nh = cs_di_starts_in(p, near, hit, 8);
     if (!nh)
         return;

@@ -106,7 +106,7 @@ static void watch_ctx(const void *ctx)
     if (ctx) {
         unsigned b = ctx_bit((uintptr_t)ctx);
         if (!(atomic_fetch_or(&ctx_bits[b >> 6], 1ull << (b & 63)) & (1ull << (b & 63))))
-            cs_dg_mark((uintptr_t)ctx); /* free() asks here only past dataguard's filter */
+            cs_ff_mark((uintptr_t)ctx); /* free() asks here only past the free() filter */
     }
 }
 
@@ -805,7 +805,7 @@ static void note_ctx_free(uintptr_t p)
 
 /* Every free() of every patched object: the checks that concern any
  * block, a few loads each. */
-/* past dataguard's filter: a consumed tensor's data, a handler's ctx */
+/* past the free() filter: a consumed tensor's data, a handler's ctx */
 static __attribute__((noinline)) void free_watched(uintptr_t a)
 {
     cs_dg_check_slow(a, CS_FREED_LIBC); /* a consumed tensor's data (dataguard.c) */
@@ -820,7 +820,7 @@ static inline __attribute__((always_inline)) int free_checks(void *p)
 {
     uintptr_t a = (uintptr_t)p;
     cs_frees++;
-    if (cs_dg_hit(a))
+    if (cs_ff_hit(a))
         free_watched(a);
     /* a released managed struct: its free waits (quarantine.c) */
     return cs_qr_take(p, CS_FREED_LIBC);

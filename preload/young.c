@@ -1,5 +1,6 @@
-/* NumPy blocks judged on the thread that made them (young.h); the
- * per-thread tables they share with DLPack tensors (young_dl.c).
+/* NumPy blocks judged on the thread that made them (young.h), in the
+ * per-thread tables (young_core.c) they share with DLPack tensors
+ * (young_dl.c).
  *
  * In the lifecycle's table an alloc and its free cost a stripe lock each,
  * an entry, its history, a tombstone and a crash-safe slot put and dropped
@@ -18,7 +19,8 @@
  * thread's own, written in place (the key last) as livestate.c writes
  * the lifecycle's; a killed process still shows its young blocks.
  *
- * Lock order: all_mu, a thread's mu, then the lifecycle's stripes. */
+ * Lock order: the tables' list, a thread's mu, then the lifecycle's
+ * stripes. */
 #include "young.h"
 
 #include <stdatomic.h>
@@ -30,36 +32,14 @@
 #include "young_int.h"
 #include "growclean.h"
 
-static young *all;
 static cs_lifecycle *lc; /* the lifecycle the blocks move to */
-static cs_spin all_mu = CS_SPIN_INIT;
 static int enabled;
 /* what exited threads judged here and never adopted */
 static _Atomic uint64_t gone_events;
 static _Atomic int64_t gone_born, gone_dl_born;
 
 
-void young_each(void (*fn)(young *y, void *ud), void *ud)
-{
-    if (!atomic_load_explicit((_Atomic(young *) *)&all, memory_order_relaxed))
-        return;
-    cs_spin_lock(&all_mu);
-    for (young *y = all; y; y = y->next) {
-        cs_spin_lock(&y->mu);
-        fn(y, ud);
-        cs_spin_unlock(&y->mu);
-    }
-    cs_spin_unlock(&all_mu);
-}
 
-cs_live_slot *young_slots_new(uint32_t *gen, cs_live_slot **slots, uint32_t n)
-{
-    if (!cs_trace_started())
-        return NULL;
-    *slots = cs_live_block(n);
-    *gen = cs_trace_gen();
-    return *slots;
-}
 
 /* y's slots in a new trace file: its live blocks written anew */
 static __attribute__((noinline)) cs_live_slot *slots_renew(young *y)
@@ -86,26 +66,7 @@ static inline void clear_slot(young *y, unsigned i)
         atomic_store_explicit((_Atomic uint64_t *)&y->slots[i].obj, 0, memory_order_release);
 }
 
-void young_replay(cs_lifecycle *to, const cs_event *e, int n)
-{
-    cs_lc_lock(to, e[0].obj);
-    for (int k = 0; k < n; k++)
-        cs_lc_event(to, &e[k]);
-    cs_lc_unlock(to, e[0].obj);
-}
 
-void young_replay_released(cs_lifecycle *to, int ns, const cs_event *e, int n)
-{
-    cs_event origin;
-    cs_lc_lock(to, e[0].obj);
-    if (!(cs_lc_origin(to, ns, e[0].obj, &origin) && origin.time_ns > e[n - 1].time_ns)) {
-        cs_live_replaying = 1; /* dead: no crash-safe slot */
-        for (int k = 0; k < n; k++)
-            cs_lc_event(to, &e[k]);
-        cs_live_replaying = 0;
-    }
-    cs_lc_unlock(to, e[0].obj);
-}
 
 /* the live block at place i goes to the lifecycle (y->mu held) */
 static void adopt_live(young *y, unsigned i)
@@ -130,22 +91,6 @@ static void adopt_gone(young *y, cs_event *g)
     g[0].obj = 0;
 }
 
-young *cs_young_of(cs_thread *t)
-{
-    if (t->young)
-        return t->young;
-    young *y = calloc(1, sizeof *y);
-    if (!y)
-        return NULL;
-    cs_spin_lock(&all_mu);
-    y->next = all;
-    if (all)
-        all->prev = y;
-    all = y;
-    cs_spin_unlock(&all_mu);
-    t->young = y;
-    return y;
-}
 
 int cs_young_alloc(cs_thread *t, cs_event *ev)
 {
@@ -210,33 +155,44 @@ __attribute__((always_inline)) inline int cs_young_free(cs_thread *t, cs_event *
     return 1;
 }
 
+typedef struct wanted {
+    uint64_t key;
+    int live;          /* found live (and adopted) */
+    const young *best; /* else: the thread with its latest freed life */
+    uint64_t best_t;
+} wanted;
+
+static void look(young *y, void *ud)
+{
+    wanted *f = ud;
+    unsigned i = young_place(f->key, YOUNG_BITS), k = young_place(f->key, GONE_BITS);
+    if (f->live)
+        return;
+    if (y->blk[i].obj == f->key) { /* a live block: its latest life */
+        adopt_live(y, i);
+        f->live = 1;
+    } else if (y->gone[k][0].obj == f->key && (!f->best || y->gone[k][1].time_ns >= f->best_t)) {
+        f->best = y;
+        f->best_t = y->gone[k][1].time_ns;
+    }
+}
+
+static void take_best(young *y, void *ud)
+{
+    wanted *f = ud;
+    unsigned k = young_place(f->key, GONE_BITS);
+    if (y == f->best && y->gone[k][0].obj == f->key)
+        adopt_gone(y, y->gone[k]);
+}
+
 void cs_young_adopt(uint64_t key)
 {
-    if (!enabled || !key || !atomic_load_explicit((_Atomic(young *) *)&all, memory_order_relaxed))
+    if (!enabled || !key || !young_listed())
         return;
-    unsigned i = young_place(key, YOUNG_BITS), k = young_place(key, GONE_BITS);
-    young *best = NULL;
-    uint64_t best_t = 0;
-    int live = 0;
-    cs_spin_lock(&all_mu);
-    for (young *y = all; y && !live; y = y->next) {
-        cs_spin_lock(&y->mu);
-        if (y->blk[i].obj == key) { /* a live block: its latest life */
-            adopt_live(y, i);
-            live = 1;
-        } else if (y->gone[k][0].obj == key && (!best || y->gone[k][1].time_ns >= best_t)) {
-            best = y;
-            best_t = y->gone[k][1].time_ns;
-        }
-        cs_spin_unlock(&y->mu);
-    }
-    if (!live && best) {
-        cs_spin_lock(&best->mu);
-        if (best->gone[k][0].obj == key)
-            adopt_gone(best, best->gone[k]);
-        cs_spin_unlock(&best->mu);
-    }
-    cs_spin_unlock(&all_mu);
+    wanted f = {.key = key};
+    young_each(look, &f);
+    if (!f.live && f.best)
+        young_each(take_best, &f);
 }
 
 static void flush_locked(young *y)
@@ -259,36 +215,12 @@ void cs_young_flush(void)
         young_each(flush_one, NULL);
 }
 
-void cs_young_fork_lock(int lock)
-{
-    if (lock) {
-        cs_spin_lock(&all_mu);
-        for (young *y = all; y; y = y->next)
-            cs_spin_lock(&y->mu);
-    } else {
-        for (young *y = all; y; y = y->next)
-            cs_spin_unlock(&y->mu);
-        cs_spin_unlock(&all_mu);
-    }
-}
 
-void cs_young_own_memory(void (*fn)(void *ud, const void *p, size_t n), void *ud)
-{
-    cs_spin_lock(&all_mu);
-    for (young *y = all; y; y = y->next)
-        fn(ud, y, sizeof *y);
-    cs_spin_unlock(&all_mu);
-}
 
 /* A thread's end: its live blocks outlive it (in the lifecycle), and so
  * do its freed ones (a later second free of one is still a double free) */
-static void thread_gone(cs_thread *t)
+static void retire(young *y)
 {
-    young *y = t->young;
-    if (!y)
-        return;
-    cs_spin_lock(&all_mu);
-    cs_spin_lock(&y->mu);
     flush_locked(y);
     for (unsigned k = 0; k < GONE; k++)
         if (y->gone[k][0].obj)
@@ -297,14 +229,14 @@ static void thread_gone(cs_thread *t)
     atomic_fetch_add(&gone_events, y->events + y->dl.events);
     atomic_fetch_add(&gone_born, y->born);
     atomic_fetch_add(&gone_dl_born, y->dl.born);
-    if (y->prev)
-        y->prev->next = y->next;
-    else
-        all = y->next;
-    if (y->next)
-        y->next->prev = y->prev;
-    cs_spin_unlock(&y->mu);
-    cs_spin_unlock(&all_mu);
+}
+
+static void thread_gone(cs_thread *t)
+{
+    young *y = t->young;
+    if (!y)
+        return;
+    young_remove(y, retire);
     t->young = NULL;
     /* freed memory keeps its bytes: the addresses in it would pass for
      * references to the objects just adopted in the leak scan at exit */
@@ -313,23 +245,28 @@ static void thread_gone(cs_thread *t)
 
 /* the lifecycle's totals and event count, with what is judged here. Also
  * from a crash handler: a lock another thread holds is not waited for */
+typedef struct sums {
+    cs_lc_totals *add;
+    uint64_t *events;
+} sums;
+
+static void add_one(young *y, void *ud)
+{
+    sums *u = ud;
+    u->add->numpy += __atomic_load_n(&y->live, __ATOMIC_RELAXED);
+    u->add->numpy_bytes += __atomic_load_n(&y->live_bytes, __ATOMIC_RELAXED);
+    u->add->born_numpy += __atomic_load_n(&y->born, __ATOMIC_RELAXED);
+    *u->events += __atomic_load_n(&y->events, __ATOMIC_RELAXED);
+    cs_young_dl_totals(y, u->add, u->events);
+}
+
 static void outside(cs_lc_totals *add_to, uint64_t *events)
 {
     *events += atomic_load(&gone_events);
     add_to->born_numpy += atomic_load(&gone_born);
     add_to->born_dlpack += atomic_load(&gone_dl_born);
-    int spins = 0;
-    while (atomic_flag_test_and_set_explicit(&all_mu.f, memory_order_acquire))
-        if (++spins > 100000)
-            return;
-    for (young *y = all; y; y = y->next) {
-        add_to->numpy += __atomic_load_n(&y->live, __ATOMIC_RELAXED);
-        add_to->numpy_bytes += __atomic_load_n(&y->live_bytes, __ATOMIC_RELAXED);
-        add_to->born_numpy += __atomic_load_n(&y->born, __ATOMIC_RELAXED);
-        *events += __atomic_load_n(&y->events, __ATOMIC_RELAXED);
-        cs_young_dl_totals(y, add_to, events);
-    }
-    cs_spin_unlock(&all_mu);
+    sums u = {add_to, events};
+    young_each_unlocked(add_one, &u);
 }
 
 void cs_young_init(cs_lifecycle *to)

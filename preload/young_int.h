@@ -56,6 +56,13 @@ typedef struct cs_young {
 young *cs_young_of(cs_thread *t);
 /* fn on every thread's tables, each under its lock (all_mu held) */
 void young_each(void (*fn)(young *y, void *ud), void *ud);
+/* any thread has tables (a relaxed read) */
+int young_listed(void);
+/* the same, without the tables' locks and giving up on a list lock held
+ * too long (a crash handler's totals) */
+void young_each_unlocked(void (*fn)(young *y, void *ud), void *ud);
+/* y leaves the list, retire(y) run first with the list's and y's locks */
+void young_remove(young *y, void (*retire)(young *y));
 
 static inline unsigned young_place(uint64_t p, unsigned bits)
 {

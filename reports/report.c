@@ -16,7 +16,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "cli.h"
+#include "report.h"
+#include "usage.h"
 #include "options.h"
 #include "util.h"
 #include "html.h"

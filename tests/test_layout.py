@@ -76,3 +76,49 @@ def test_runtime_service_reaches_no_hook_module():
             seen.add(d)
             todo.append(d)
     assert not seen & {"start", "ending", "capsule", "numpy", "arrow", "xapi", "deleter"}, seen
+
+
+# ---- calls and data, not only includes (issue 32) ----
+# A file may call a function that another file defines while the header it
+# includes declares it under another module's name: the include graph above
+# misses that arrow. The linker's view does not: a module depends on every
+# module that defines a symbol it leaves undefined. The objects are the
+# sanitizer builds' (no -flto: their symbol tables are plain ELF), which
+# `make test` builds before the tests run.
+OBJ_DIRS = {
+    "preload": [ROOT / "build" / "ubsan" / "obj" / "rt" / "preload",
+                ROOT / "build" / "ubsan" / "obj" / "rt" / "model"],
+    "model": [ROOT / "build" / "asan" / "obj" / "cli" / "model"],
+    "reports": [ROOT / "build" / "asan" / "obj" / "cli" / "reports"],
+}
+
+
+def symbol_graph(dirs):
+    """{object stem: stems of the objects defining what it uses}"""
+    import subprocess
+    defs, uses = {}, {}
+    for d in dirs:
+        for o in sorted(d.glob("*.o")):
+            out = subprocess.run(["nm", str(o)], capture_output=True, text=True,
+                                 check=True).stdout
+            for line in out.splitlines():
+                parts = line.split()
+                if len(parts) == 3 and parts[1] in "TDBRC":
+                    defs.setdefault(parts[2], o.stem)
+                elif len(parts) == 2 and parts[0] == "U":
+                    uses.setdefault(o.stem, set()).add(parts[1])
+    mods = set(defs.values()) | set(uses)
+    return {m: {defs[u] for u in uses.get(m, ()) if u in defs and defs[u] != m}
+            for m in mods}
+
+
+@pytest.mark.parametrize("part", ["preload", "model", "reports"])
+def test_no_circle_of_calls(part):
+    dirs = OBJ_DIRS[part]
+    missing = [str(d) for d in dirs if not list(d.glob("*.o"))]
+    if missing:
+        pytest.fail("no sanitizer-build objects in " + ", ".join(missing)
+                    + " -- run `make sanitizers`", pytrace=False)
+    graph = symbol_graph(dirs)
+    assert len(graph) > 3, graph
+    assert circles(graph) == [], f"{part}/: files that call each other in a circle"

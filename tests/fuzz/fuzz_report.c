@@ -26,7 +26,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "cli.h"
+#include "report.h"
 #include "suppress.h"
 #include "symbolize.h"
 #include "utf8.h"
