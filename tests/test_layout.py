@@ -122,3 +122,24 @@ def test_no_circle_of_calls(part):
     graph = symbol_graph(dirs)
     assert len(graph) > 3, graph
     assert circles(graph) == [], f"{part}/: files that call each other in a circle"
+
+
+PY_IMPORT = re.compile(r'^\s*from\s+\.(\w*)\s+import\s+([\w, ]+)', re.M)
+
+
+def test_no_circle_of_python_modules():
+    """pyhook/capsan: a module importing another (at the top or inside a
+    function) depends on it; the package's __init__ is above them all."""
+    pkg = ROOT / "pyhook" / "capsan"
+    mods = {p.stem for p in pkg.glob("*.py")} - {"__init__", "__main__"}
+    graph = {}
+    for m in mods:
+        deps = set()
+        for frm, names in PY_IMPORT.findall((pkg / f"{m}.py").read_text()):
+            if frm:
+                deps.add(frm)
+            else:
+                deps |= {n.strip() for n in names.split(",")}
+        graph[m] = {d for d in deps if d in mods and d != m}
+    assert len(graph) > 3, graph
+    assert circles(graph) == [], "pyhook/capsan: modules that import each other in a circle"

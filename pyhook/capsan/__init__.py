@@ -13,7 +13,7 @@ only binds it (see _lib.py): it never re-implements what the runtime does.
 pytest: `pytest --capsan` (the plugin is registered through the
 capsan-0.1.dist-info entry point) or `pytest -p capsan.pytest_plugin`.
 """
-from . import _lib
+from . import _lib, exchange
 from .finding import Event, Finding, Frame
 from .tracing import Trace, trace
 # the protocol's tools (issue 5): DLPack structs, describe(), allocators
@@ -37,7 +37,7 @@ def start() -> bool:
     """Start the runtime (idempotent): True when tracing. After stop() it
     stays stopped (False): what was released meanwhile was not seen, so
     nothing it judged then could be trusted."""
-    return _lib.start()
+    return exchange.start()
 
 
 def stop() -> None:

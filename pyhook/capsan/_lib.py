@@ -221,12 +221,9 @@ def _ref(obj):
 # ---- thin Pythonic wrappers ----
 
 def start() -> bool:
-    on = bool(call("capsan_start"))
-    if on:
-        # exchange tables a consumer may have cached before capsan started
-        from .exchange import follow_loaded
-        follow_loaded()
-    return on
+    """The runtime's start alone (exchange.start also follows the exchange
+    tables loaded before it)."""
+    return bool(call("capsan_start"))
 
 
 def stop() -> None:

@@ -40,6 +40,15 @@ def table_of(tp) -> int | None:
 _seen_modules: set = set()
 
 
+def start() -> bool:
+    """Start the runtime, then follow the exchange tables a consumer may have
+    cached before capsan started (what capsan.start() and trace() do)."""
+    on = _lib.start()
+    if on:
+        follow_loaded()
+    return on
+
+
 def follow_loaded() -> int:
     """Give the runtime the tables of every type in the modules loaded so
     far (each module looked at once). Returns how many were found."""

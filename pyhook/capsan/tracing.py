@@ -10,7 +10,7 @@ import os
 import sys
 import threading
 
-from . import _lib
+from . import _lib, exchange
 from .finding import matches, parse, render_text
 
 __all__ = ["Trace", "trace"]
@@ -92,7 +92,7 @@ class Trace:
     def _open(self):
         """Install a fresh tracing handler for the current context."""
         # idempotent; the pytest plugin imports capsan without starting it
-        if not _lib.start() and _lib.stopped():
+        if not exchange.start() and _lib.stopped():
             raise RuntimeError("capsan.trace(): capsan was stopped (capsan.stop()) and does not "
                                "start again in this process; this scope could judge nothing")
         cursor = _lib.findings_count()
