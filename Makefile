@@ -34,10 +34,15 @@ MODEL_SRC := $(wildcard model/*.c)
 # four files; inlined across them an event costs less (W1 -500 and W2 -280
 # instructions an iteration by callgrind). One partition: the asm stubs
 # (capsule.c, xapi.c) define local labels the C code refers to.
-RT_CFLAGS := $(CFLAGS) -fPIC -fvisibility=hidden -Ipreload -Imodel -flto $(RT_DEFS)
+# preload/: start.c and the public capsan.h at the top, then a folder per
+# service (core, stacks, ending) and per seam (dlpack, exchange, numpy,
+# arrow); their headers are included by name, from any folder
+RT_DIRS  := preload $(patsubst %/,%,$(sort $(dir $(wildcard preload/*/*.c preload/*/*.h))))
+RT_INC   := $(addprefix -I,$(RT_DIRS))
+RT_CFLAGS := $(CFLAGS) -fPIC -fvisibility=hidden $(RT_INC) -Imodel -flto $(RT_DEFS)
 # -flto-partition is gcc's (clang's -flto links one module anyway)
 RT_LTO_LINK := $(if $(shell $(CC) --version 2>/dev/null | grep -i clang),,-flto-partition=one)
-RT_SRC   := $(wildcard preload/*.c) $(MODEL_SRC)
+RT_SRC   := $(wildcard preload/*.c preload/*/*.c) $(MODEL_SRC)
 RT_OBJ   := $(patsubst %.c,$(B)/obj/rt/%.o,$(RT_SRC))
 # the report tool
 CLI_SRC  := $(wildcard reports/*.c)
@@ -57,7 +62,7 @@ PY_OUT   := $(patsubst pyhook/capsan/%,$(B)/python/capsan/%,$(PY_SRC))
 .PHONY: test-install realworld-venvs test-realworld arrow-venvs check-upstream
 all: $(B)/lib/libcapsan.so $(B)/bin/capsan python
 
-$(B)/obj/rt/%.o: %.c $(wildcard preload/*.h preload/*.inc model/*.h model/*.inc)
+$(B)/obj/rt/%.o: %.c $(wildcard preload/*.h preload/*/*.h preload/*/*.inc model/*.h model/*.inc)
 	@mkdir -p $(dir $@)
 	$(CC) $(RT_CFLAGS) -c $< -o $@
 
@@ -100,9 +105,9 @@ $(B)/tests/pyshared: tests/pyshared.c
 	$(CC) $(CFLAGS) -I$(PYINC) -o $@ $< -lpython3.11
 
 MODEL_OBJ := $(patsubst %.c,$(B)/obj/cli/%.o,$(MODEL_SRC))
-$(B)/tests/unit/%: tests/unit/%.c tests/unit/check.h preload/names.h preload/probe.c preload/probe.h $(MODEL_OBJ)
+$(B)/tests/unit/%: tests/unit/%.c tests/unit/check.h preload/core/names.h preload/core/probe.c preload/core/probe.h $(MODEL_OBJ)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -Ipreload -Imodel -o $@ $< preload/probe.c $(MODEL_OBJ)
+	$(CC) $(CFLAGS) -Ipreload/core -Imodel -o $@ $< preload/core/probe.c $(MODEL_OBJ)
 
 fixtures: $(FIX_SO) $(B)/tests/pyshared $(UNIT_BIN)
 fixture-sos: $(FIX_SO)
@@ -233,7 +238,7 @@ FZ           := $(B)/fuzz
 UBSAN        := -fsanitize=undefined,float-cast-overflow
 SAN_FLAGS    := -fsanitize=address $(UBSAN) -fno-sanitize-recover=all
 SAN_CFLAGS   := -O1 -g -std=c11 -D_GNU_SOURCE $(WARN) -fno-omit-frame-pointer -Imodel
-HDRS         := $(wildcard preload/*.h preload/*.inc model/*.h model/*.inc reports/*.h)
+HDRS         := $(wildcard preload/*.h preload/*/*.h preload/*/*.inc model/*.h model/*.inc reports/*.h)
 FUZZ_OBJ     := $(patsubst %.c,$(FZ)/obj/%.o,tests/fuzz/fuzz_report.c $(CLI_SRC) $(MODEL_SRC))
 ASAN_CLI_OBJ := $(patsubst $(B)/obj/%,$(B)/asan/obj/%,$(CLI_OBJ))
 ASAN_RT_OBJ  := $(patsubst $(B)/obj/%,$(B)/asan/obj/%,$(RT_OBJ))
@@ -285,20 +290,20 @@ $(B)/asan/bin/capsan: $(ASAN_CLI_OBJ)
 	@mkdir -p $(dir $@)
 	$(SAN_CC) $(SAN_FLAGS) -o $@ $(ASAN_CLI_OBJ) $(CLI_LIBS)
 ASAN_MODEL_OBJ := $(patsubst %.c,$(B)/asan/obj/cli/%.o,$(MODEL_SRC))
-$(B)/asan/tests/unit/%: tests/unit/%.c tests/unit/check.h preload/names.h preload/probe.c preload/probe.h \
+$(B)/asan/tests/unit/%: tests/unit/%.c tests/unit/check.h preload/core/names.h preload/core/probe.c preload/core/probe.h \
     $(ASAN_MODEL_OBJ)
 	@mkdir -p $(dir $@)
-	$(SAN_CC) $(SAN_CFLAGS) -Ipreload $(SAN_FLAGS) -o $@ $< preload/probe.c $(ASAN_MODEL_OBJ)
+	$(SAN_CC) $(SAN_CFLAGS) -Ipreload/core $(SAN_FLAGS) -o $@ $< preload/core/probe.c $(ASAN_MODEL_OBJ)
 $(B)/asan/obj/rt/%.o: %.c $(HDRS)
 	@mkdir -p $(dir $@)
-	$(SAN_CC) $(SAN_CFLAGS) -Ipreload $(SAN_FLAGS) -fPIC -fvisibility=hidden -c $< -o $@
+	$(SAN_CC) $(SAN_CFLAGS) $(RT_INC) $(SAN_FLAGS) -fPIC -fvisibility=hidden -c $< -o $@
 $(B)/asan/lib/libcapsan.so: $(ASAN_RT_OBJ) preload/exports.map
 	@mkdir -p $(dir $@)
 	$(SAN_CC) $(SAN_FLAGS) -shared -o $@ $(ASAN_RT_OBJ) -Wl,--version-script=preload/exports.map \
 	  -Wl,-z,now -Wl,--no-undefined -ldl -lpthread
 $(B)/ubsan/obj/rt/%.o: %.c $(HDRS)
 	@mkdir -p $(dir $@)
-	$(SAN_CC) $(SAN_CFLAGS) -Ipreload $(UBSAN) -fno-sanitize-recover=all -fPIC -fvisibility=hidden -c $< -o $@
+	$(SAN_CC) $(SAN_CFLAGS) $(RT_INC) $(UBSAN) -fno-sanitize-recover=all -fPIC -fvisibility=hidden -c $< -o $@
 $(B)/ubsan/lib/libcapsan.so: $(UBSAN_RT_OBJ) preload/exports.map
 	@mkdir -p $(dir $@)
 	$(SAN_CC) $(UBSAN) -shared -o $@ $(UBSAN_RT_OBJ) -Wl,--version-script=preload/exports.map \

@@ -10,7 +10,7 @@ an ELF script into a Python shim. So this does it in place:
 - bin/capsan (the tool) must need only glibc: CMakeLists.txt's
   CAPSAN_STATIC_ELFUTILS linked libdw, libelf and their compression
   libraries into it; lib/libcapsan.so must need only glibc too;
-- libunwind, which the runtime dlopen()s (preload/libpath.c), is copied
+- libunwind, which the runtime dlopen()s (preload/core/libpath.c), is copied
   to lib/capsan.libs/ under the name libpath.h gives it (also its soname),
   and each library it needs that is not glibc's is copied beside it under
   a name of its own (auditwheel's: NAME-<sha256[:8]>.so.N), its soname and
@@ -63,8 +63,8 @@ def system_library(soname: str) -> Path:
 
 def bundled_unwind_name() -> str:
     m = re.search(r'#define CS_BUNDLED_UNWIND "([^"]+)"',
-                  (ROOT / "preload" / "libpath.h").read_text())
-    assert m, "CS_BUNDLED_UNWIND not in preload/libpath.h"
+                  (ROOT / "preload" / "core" / "libpath.h").read_text())
+    assert m, "CS_BUNDLED_UNWIND not in preload/core/libpath.h"
     return m.group(1)
 
 

@@ -1,7 +1,7 @@
 /* Growing an array that holds object addresses (keys, findings, held
  * tensors). realloc leaves the old block behind with those addresses in
  * it, and the leak scan at exit reads freed heap too, where a stale copy
- * of an address is a root (preload/reach.c): a leaked object would look
+ * of an address is a root (preload/ending/reach.c): a leaked object would look
  * referenced. The old block is cleared before it is freed, and so is any
  * such block a caller frees (cs_free_clean). */
 #ifndef CAPSAN_GROWCLEAN_H

@@ -1,6 +1,6 @@
 /* capsan trace file format, version 1 (documented in reports/FORMAT.md).
  *
- * Shared by the writer (preload/tracefile.c) and the reader
+ * Shared by the writer (preload/core/tracefile.c) and the reader
  * (reports/reader.c). Little-endian, x86-64 layout; every record starts on
  * an 8-byte boundary with a cs_rec header whose size counts the header and
  * is a multiple of 8. A zero header marks the end of what was written: the
@@ -236,7 +236,7 @@ enum cs_event_kind {
     CS_EV_ERR_STATE = 24,   /* a capsule destructor (a = capsule) or a deleter (a = 0) returned
                              * with the Python error indicator changed: aux = CS_ERRST_* */
     /* The Arrow PyCapsule interface (issue 19), kinds 25..31; obj = capsan's record of one
-     * exported struct, which every bitwise copy of the struct carries (preload/arrow.c) */
+     * exported struct, which every bitwise copy of the struct carries (preload/arrow/arrow.c) */
     CS_EV_AR_EXPORT = 25,   /* a=capsule (0: a stream callback's result) b=struct
                              * c=the stream's record (a stream callback's result);
                              * aux=CS_AR_* type | CS_AR_FROM_* | CS_AR_UNFOLLOWED */

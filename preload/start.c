@@ -397,7 +397,7 @@ static int start(int preload)
         return 0; /* not a Python process: stay out of the way */
     if (!cs_py.layout && cs_opt.verbosity)
         dprintf(2, "==%d==capsan: CPython %d.%d is not in capsan's table of interpreter "
-                   "layouts (preload/pyversions.inc): stacks will be native only\n",
+                   "layouts (preload/core/pyversions.inc): stacks will be native only\n",
                 (int)getpid(), cs_py.major, cs_py.minor);
     Dl_info di;
     if (dladdr((void *)self_marker, &di) && di.dli_fname)

@@ -1,6 +1,6 @@
 """DLPack tensors that leave the thread that exported them (tests/scenarios/
 dl_threads.py). capsan judges an exchange on its own thread while it lasts
-(preload/young_dl.c) and moves a tensor to the shared lifecycle as soon as
+(preload/dlpack/young_dl.c) and moves a tensor to the shared lifecycle as soon as
 anything else concerns it: another thread consumes or releases it, it
 stays alive past younger exchanges, a finding needs its history, the
 thread ends, the process forks or exits. What capsan says must be what the

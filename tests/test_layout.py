@@ -13,10 +13,12 @@ INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"/]+)\.h"', re.M)
 
 
 def dependencies(folder):
-    """{module: modules whose header it includes}, for modules with a .c"""
-    mods = {p.stem for p in folder.glob("*.c")}
-    return {m: {i for i in INCLUDE.findall((folder / f"{m}.c").read_text())
-                if i in mods and i != m} for m in mods}
+    """{module: modules whose header it includes}, for modules with a .c
+    (in folder and its sub-folders: preload/'s headers are included by
+    name from any of them)"""
+    files = {p.stem: p for p in folder.rglob("*.c")}
+    return {m: {i for i in INCLUDE.findall(p.read_text()) if i in files and i != m}
+            for m, p in files.items()}
 
 
 def circles(graph):
@@ -87,6 +89,7 @@ def test_runtime_service_reaches_no_hook_module():
 # `make test` builds before the tests run.
 OBJ_DIRS = {
     "preload": [ROOT / "build" / "ubsan" / "obj" / "rt" / "preload",
+                *sorted((ROOT / "build" / "ubsan" / "obj" / "rt" / "preload").glob("*/")),
                 ROOT / "build" / "ubsan" / "obj" / "rt" / "model"],
     "model": [ROOT / "build" / "asan" / "obj" / "cli" / "model"],
     "reports": [ROOT / "build" / "asan" / "obj" / "cli" / "reports"],
@@ -115,7 +118,7 @@ def symbol_graph(dirs):
 @pytest.mark.parametrize("part", ["preload", "model", "reports"])
 def test_no_circle_of_calls(part):
     dirs = OBJ_DIRS[part]
-    missing = [str(d) for d in dirs if not list(d.glob("*.o"))]
+    missing = [str(d) for d in dirs[-1:] + dirs[:1] if not list(d.glob("**/*.o"))]
     if missing:
         pytest.fail("no sanitizer-build objects in " + ", ".join(missing)
                     + " -- run `make sanitizers`", pytrace=False)
@@ -143,3 +146,16 @@ def test_no_circle_of_python_modules():
         graph[m] = {d for d in deps if d in mods and d != m}
     assert len(graph) > 3, graph
     assert circles(graph) == [], "pyhook/capsan: modules that import each other in a circle"
+
+
+def test_preload_by_seam_and_service():
+    """preload/: start.c (which starts every seam) and the public header at
+    the top, everything else in a folder named for its service or seam, so
+    that the folder names alone say where a concern lives."""
+    pre = ROOT / "preload"
+    top = sorted(p.name for p in pre.iterdir() if p.is_file())
+    assert top == ["capsan.h", "exports.map", "start.c"], top
+    folders = sorted(p.name for p in pre.iterdir() if p.is_dir())
+    assert folders == ["arrow", "core", "dlpack", "ending", "exchange", "numpy", "stacks"], folders
+    for f in folders:
+        assert list((pre / f).glob("*.c")), f"preload/{f}/ has no source"

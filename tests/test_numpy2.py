@@ -10,7 +10,7 @@ them run on cp311 (numpy 2.4); a representative subset also runs on cp310
 
 What numpy 2 changed under capsan, and where capsan follows it:
 - numpy.core became numpy._core; numpy.core is a shim that warns on every
-  attribute. The runtime's tracing handler (numpy_api() in preload/numpy.c),
+  attribute. The runtime's tracing handler (numpy_api() in preload/numpy/numpy.c),
   capsan.allocator and the scenarios (np_common.multiarray) use
   numpy._core first: test_no_deprecation_warnings.
 - array_dealloc no longer calls getenv("NUMPY_WARN_IF_NO_MEM_POLICY") before

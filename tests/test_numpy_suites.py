@@ -30,6 +30,7 @@ hypothesis, which numpy 2's own conftest imports, installed once into a
 cache next to the venvs when the venv lacks it.
 """
 import json
+import re
 import os
 import subprocess
 import sys
@@ -87,8 +88,10 @@ def hypothesis_path(py, tag):
 
 def run_suite(tmp_path, extra_args, *, mode, tag, options=(), timeout=300, pythonpath=()):
     """pytest on numpy's two files with `tag`'s interpreter. mode: "plugin"
-    (LD_PRELOAD + the plugin with --capsan) or "run" (`capsan run`, no
-    plugin). Returns (CompletedProcess, report, tests dir)."""
+    (LD_PRELOAD + the plugin with --capsan), "late" (the plugin alone: it
+    starts the runtime after pytest and numpy are loaded), "native" (no
+    capsan) or "run" (`capsan run`, no plugin). Returns (CompletedProcess,
+    report, tests dir)."""
     py = suite_python(tag)
     require_np(py)
     tests = numpy_tests(py)
@@ -97,8 +100,9 @@ def run_suite(tmp_path, extra_args, *, mode, tag, options=(), timeout=300, pytho
     opts = [f"log_path={tmp_path / 't'}", "exitcode=0", *options]
     args = ["-m", "pytest", "-p", "no:cacheprovider", "-q", "-rfE",
             str(tests / "test_mem_policy.py"), str(tests / "test_dlpack.py"), *extra_args]
-    if mode == "plugin":
-        e["LD_PRELOAD"] = str(LIBCAPSAN)
+    if mode in ("plugin", "late", "native"):
+        if mode == "plugin":
+            e["LD_PRELOAD"] = str(LIBCAPSAN)
         e["CAPSAN_OPTIONS"] = ":".join(opts)
         cmd = [str(py), *args]
     else:
@@ -158,6 +162,32 @@ def test_numpy_suites_with_the_plugin(tmp_path, tag):
     assert report is not None, cp.describe
     check_switch_owner_findings([f for p in report["processes"] for f in p["findings"]],
                                 mem_policy, cp.describe)
+
+
+@pytest.mark.parametrize("tag", NUMPYS)
+def test_numpy_suites_after_a_late_start(tmp_path, tag):
+    """`pytest --capsan` as a user runs it: the plugin starts capsan after
+    pytest, numpy and the test modules are loaded. The suites count what
+    they count natively, and only test_switch_owner's true findings come."""
+    out = tmp_path / "capsan.json"
+    plugin = ["-p", "capsan.pytest_plugin", "--capsan", "--capsan-allow=numpy-foreign-free",
+              f"--capsan-report={out}"]
+    sel = ["-k", "not test_new_policy"]
+    cp, report, tests = run_suite(tmp_path, [*plugin, *sel], mode="late", tag=tag)
+    assert cp.returncode == 0, cp.describe
+    (tmp_path / "native").mkdir()
+    ncp, _, _ = run_suite(tmp_path / "native", ["-p", "no:capsan", *sel], mode="native", tag=tag)
+    assert ncp.returncode == 0, ncp.describe
+    summary = re.compile(r"^\d+ passed.*$", re.M)
+    late_line = summary.findall(cp.stdout)[-1].split(" in ")[0]
+    native_line = summary.findall(ncp.stdout)[-1].split(" in ")[0]
+    assert late_line == native_line, f"late start: {late_line}; natively: {native_line}"
+    rep = json.loads(out.read_text())
+    assert len(rep["tests"]) >= 60, f"only {len(rep['tests'])} traced tests\n{cp.describe}"
+    with_findings = {t["nodeid"].split("::")[-1]: t["findings"] for t in rep["tests"]
+                     if t["findings"]}
+    assert set(with_findings) <= SWITCH_OWNER, f"{sorted(with_findings)}\n{cp.describe}"
+    assert rep["outside_tests"] == [], rep["outside_tests"]
 
 
 @pytest.mark.parametrize("tag", NUMPYS)

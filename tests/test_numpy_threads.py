@@ -1,6 +1,6 @@
 """NumPy blocks that leave the thread that made them (tests/scenarios/
 np_threads.py). capsan judges a block on its own thread while it is young
-(preload/young.c) and moves it to the shared lifecycle as soon as anything
+(preload/numpy/young_np.c) and moves it to the shared lifecycle as soon as anything
 else concerns it: another thread frees it, it stays alive long, it is
 reallocated in place, the process forks or ends. These programs cross
 every one of those lines; what capsan says must be what the lifecycle

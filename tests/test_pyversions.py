@@ -1,7 +1,7 @@
 """Python frames on every CPython the machine has (issue 13).
 
 The runtime is built once, without Python headers, and reads frames and
-code objects at the offsets of preload/pyversions.inc. These tests check
+code objects at the offsets of preload/core/pyversions.inc. These tests check
 that table against each interpreter's own headers, then that findings
 carry the right Python file:line on Debian's 3.11 (static and shared
 libpython) and pyenv's 3.10-3.13 (shared libpython, numpy 2): from the
@@ -15,7 +15,7 @@ import pytest
 from conftest import (BUILD, CURRENT, ROOT, SCENARIOS, STATIC_PY, assert_finding_at,
                       findings, kinds, run_capsan, summarize)
 
-TABLE = ROOT / "preload" / "pyversions.inc"
+TABLE = ROOT / "preload" / "core" / "pyversions.inc"
 PROBE = ROOT / "tests" / "pylayout" / "probe.c"
 
 
@@ -124,14 +124,16 @@ def test_unknown_version_gets_a_note_and_native_stacks(tmp_path):
     lib = tmp_path / "libcapsan.so"
     # the runtime's objects, as the Makefile lists them (a build tree may
     # hold stale objects of files that moved)
-    srcs = sorted(ROOT.glob("preload/*.c")) + sorted(ROOT.glob("model/*.c"))
-    objs = [BUILD / "obj" / "rt" / s.parent.name / (s.stem + ".o") for s in srcs
+    srcs = sorted(ROOT.glob("preload/**/*.c")) + sorted(ROOT.glob("model/*.c"))
+    objs = [BUILD / "obj" / "rt" / s.parent.relative_to(ROOT) / (s.stem + ".o") for s in srcs
             if s.name != "pyversion.c"]
     pv = tmp_path / "pyversion.o"
     # beside the table it includes (a quoted include looks there first)
-    (empty / "pyversion.c").write_text((ROOT / "preload" / "pyversion.c").read_text())
+    (empty / "pyversion.c").write_text((ROOT / "preload" / "core" / "pyversion.c").read_text())
     cc = subprocess.run(["cc", "-std=c11", "-D_GNU_SOURCE", "-fPIC", "-fvisibility=hidden",
-                         "-I" + str(ROOT / "preload"), "-c", str(empty / "pyversion.c"),
+                         *["-I" + str(d) for d in sorted({h.parent for h in
+                                                          ROOT.glob("preload/**/*.h")})],
+                         "-c", str(empty / "pyversion.c"),
                          "-o", str(pv)],
                         capture_output=True, text=True)
     assert cc.returncode == 0, cc.stderr

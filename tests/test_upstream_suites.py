@@ -20,10 +20,13 @@ the exact release the venv has, must pass and capsan must report nothing.
 
 Where the files come from: upstream_sources.py (nothing vendored).
 
-Every suite runs twice: under `capsan run` (global tracking, the whole
-process tree) and with the pytest plugin (--capsan: every test its own trace
-window with a tracing NumPy handler, so a block a test leaves alive is a
-numpy-leak of that test). No suite has a true finding: every assertion
+Every suite runs three times: under `capsan run` (global tracking, the
+whole process tree), with the pytest plugin on a preloaded runtime
+(--capsan: every test its own trace window with a tracing NumPy handler, so
+a block a test leaves alive is a numpy-leak of that test), and with the
+plugin alone, as a user's `pytest --capsan` starts it: late, after pytest
+and the suite's modules are loaded (issue 36). That late run must count
+exactly what the suite counts natively, run beside it. No suite has a true finding: every assertion
 below is "no finding", in both modes, and the runs are checked to have
 watched real exchanges (tensors counted), so an empty report is not a
 sanitizer that saw nothing.
@@ -125,7 +128,9 @@ def pyarrow_python() -> Path:
 def run_suite(tmp_path, py, files, *, mode, cwd, pythonpath=(), env=None, timeout=1800):
     """pytest on `files` (and any pytest arguments after them) with `py`
     under capsan. mode "run": `capsan run`;
-    "plugin": LD_PRELOAD + `-p capsan.pytest_plugin --capsan`. Returns
+    "plugin": LD_PRELOAD + `-p capsan.pytest_plugin --capsan`;
+    "late": `-p capsan.pytest_plugin --capsan` alone (the plugin starts the
+    runtime: a late start); "native": no capsan. Returns
     (CompletedProcess, trace report, plugin report or None)."""
     require(CAPSAN, LIBCAPSAN, PYDIR / "capsan" / "__init__.py")
     e = base_env(None, py)
@@ -134,10 +139,16 @@ def run_suite(tmp_path, py, files, *, mode, cwd, pythonpath=(), env=None, timeou
     log = tmp_path / "t"
     args = ["-m", "pytest", "-p", "no:cacheprovider", "-q", "-rfEs", *map(str, files)]
     out = tmp_path / "capsan.json"
-    if mode == "plugin":
-        e["LD_PRELOAD"] = str(LIBCAPSAN)
+    if mode in ("plugin", "late"):
+        if mode == "plugin":
+            e["LD_PRELOAD"] = str(LIBCAPSAN)
+        else:  # the same plugins as natively (autoload off in both)
+            e["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
         e["CAPSAN_OPTIONS"] = f"log_path={log}:exitcode=0"
         cmd = [str(py), *args, "-p", "capsan.pytest_plugin", "--capsan", f"--capsan-report={out}"]
+    elif mode == "native":
+        e["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+        cmd = [str(py), *args]
     else:
         e["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
         cmd = [str(CAPSAN), "run", "--log-path", str(log), "--", str(py), *args]
@@ -148,7 +159,7 @@ def run_suite(tmp_path, py, files, *, mode, cwd, pythonpath=(), env=None, timeou
     cp.describe = (f"command: {' '.join(cmd)}\ncwd: {cwd}\nrc={cp.returncode}\n--- stdout\n"
                    f"{cp.stdout[-6000:]}\n--- stderr\n{cp.stderr[-4000:]}\n--- trace findings\n"
                    f"{summarize(report)}")
-    plugin = json.loads(out.read_text()) if mode == "plugin" and out.exists() else None
+    plugin = json.loads(out.read_text()) if mode in ("plugin", "late") and out.exists() else None
     return cp, report, plugin
 
 
@@ -185,7 +196,15 @@ def check_clean(cp, report, plugin, *, min_passed, min_tensors, mode, true=()):
     return c
 
 
-MODES = ["run", "plugin"]
+MODES = ["run", "plugin", "late"]
+
+
+def same_as_native(tmp_path, py, files, c, **kw):
+    """A late start changes nothing: the suite's counts natively, beside it."""
+    (tmp_path / "native").mkdir(exist_ok=True)
+    ncp, _, _ = run_suite(tmp_path / "native", py, files, mode="native", **kw)
+    assert c == counts(ncp.stdout), (f"late start {c} != native {counts(ncp.stdout)}\n"
+                                     + ncp.stdout[-3000:])
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -198,9 +217,12 @@ def test_torch_test_dlpack(tmp_path, mode):
     py = venv_python()
     d = upstream_files(us.TORCH, py, tmp_path)
     deps = pip_target(py, EXPECTTEST, "expecttest-cp311")
-    cp, report, plugin = run_suite(tmp_path, py, [d / "test" / "test_dlpack.py"], mode=mode,
-                                   cwd=d / "test", pythonpath=[deps])
-    check_clean(cp, report, plugin, min_passed=100, min_tensors=100, mode=mode)
+    files = [d / "test" / "test_dlpack.py"]
+    cp, report, plugin = run_suite(tmp_path, py, files, mode=mode, cwd=d / "test",
+                                   pythonpath=[deps])
+    c = check_clean(cp, report, plugin, min_passed=100, min_tensors=100, mode=mode)
+    if mode == "late":
+        same_as_native(tmp_path, py, files, c, cwd=d / "test", pythonpath=[deps])
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -217,6 +239,8 @@ def test_jax_interoperability(tmp_path, mode):
     cp, report, plugin = run_suite(tmp_path, py, files, mode=mode, cwd=d / "tests",
                                    pythonpath=[absl], env=env)
     c = check_clean(cp, report, plugin, min_passed=60, min_tensors=100, mode=mode)
+    if mode == "late":
+        same_as_native(tmp_path, py, files, c, cwd=d / "tests", pythonpath=[absl], env=env)
     if mode == "run":
         assert c["passed"] >= 1000, f"x64 and every generated case: {c}\n{cp.describe}"
 
@@ -251,7 +275,9 @@ def test_tvm_ffi_dlpack(tmp_path, mode):
     if mode == "plugin" and report is not None:
         addr = json.loads(tables.read_text())[WRAPPER] if tables.exists() else None
         assert addr, "DLTensorTestWrapper has no exchange table?\n" + cp.describe
-    check_clean(cp, report, plugin, min_passed=25, min_tensors=20, mode=mode)
+    c = check_clean(cp, report, plugin, min_passed=25, min_tensors=20, mode=mode)
+    if mode == "late":
+        same_as_native(tmp_path, py, files, c, cwd=d, pythonpath=[SCENARIOS], env=env)
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -266,4 +292,6 @@ def test_pyarrow_test_dlpack(tmp_path, mode):
     test = Path(cp.stdout.strip()) / "tests" / "test_dlpack.py"
     assert test.exists(), f"the pyarrow wheel has no {test}"
     cp, report, plugin = run_suite(tmp_path, py, [test], mode=mode, cwd=tmp_path)
-    check_clean(cp, report, plugin, min_passed=140, min_tensors=100, mode=mode)
+    c = check_clean(cp, report, plugin, min_passed=140, min_tensors=100, mode=mode)
+    if mode == "late":
+        same_as_native(tmp_path, py, [test], c, cwd=tmp_path)

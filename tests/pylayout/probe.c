@@ -1,4 +1,4 @@
-/* Prints the row of preload/pyversions.inc for the CPython whose headers
+/* Prints the row of preload/core/pyversions.inc for the CPython whose headers
  * this is compiled against (-I its include dir, Py_BUILD_CORE internals).
  * tests/test_pyversions.py compiles it for every CPython the machine has
  * and compares the row with the table the runtime was built with. */

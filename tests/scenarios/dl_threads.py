@@ -1,7 +1,7 @@
 """DLPack tensors that leave the thread that exported them.
 
 capsan judges an exchange on its own thread while it lasts (export,
-consume and delete on one thread: preload/young_dl.c) and moves a tensor
+consume and delete on one thread: preload/dlpack/young_dl.c) and moves a tensor
 to the shared lifecycle as soon as anything else concerns it. These
 programs cross those lines.
 

@@ -1,4 +1,4 @@
-/* Unit tests of preload/names.h: every DLPack and Arrow name and its near misses are
+/* Unit tests of preload/core/names.h: every DLPack and Arrow name and its near misses are
  * classified right wherever they sit, and a name that ends on the last byte
  * before an unmapped page, or runs into it with no NUL, is read without a
  * fault. */

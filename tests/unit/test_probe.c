@@ -1,4 +1,4 @@
-/* Unit tests of preload/probe.c: unreadable and read-only memory is told
+/* Unit tests of preload/core/probe.c: unreadable and read-only memory is told
  * from good memory without a fault, and where the kernel refuses to be
  * asked (a seccomp profile, as Docker's default without CAP_SYS_PTRACE)
  * memory is taken as readable rather than everything as bad. */

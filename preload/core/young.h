@@ -46,6 +46,9 @@ int cs_young_dl(cs_thread *t, cs_event *ev, cs_event *origin, int *found);
  * table. One load when no thread holds anything at a key like it. */
 extern _Atomic uint16_t *cs_young_dl_held;
 void cs_young_dl_adopt_slow(uint64_t key);
+/* A live tensor a thread's table holds: its origin (the export or birth)
+ * and whether it is consumed, read in place (no move). 0: not held. */
+int cs_young_dl_peek(uint64_t key, cs_event *origin, int *consumed);
 static inline void cs_young_dl_adopt(uint64_t key)
 {
     if (cs_young_dl_held &&

@@ -306,6 +306,38 @@ void cs_young_dl_adopt_slow(uint64_t key)
         young_each(take_best, &f);
 }
 
+typedef struct peeked {
+    uint64_t key;
+    cs_event origin;
+    int found, consumed;
+} peeked;
+
+static void peek_one(young *y, void *ud)
+{
+    peeked *p = ud;
+    dl_young *d = &y->dl;
+    unsigned i = young_place(p->key, DLY_BITS);
+    if (!p->found && d->ev[i][0].obj == p->key) {
+        p->origin = d->ev[i][0];
+        p->consumed = d->consumed[i];
+        p->found = 1;
+    }
+}
+
+int cs_young_dl_peek(uint64_t key, cs_event *origin, int *consumed)
+{
+    if (!enabled || !key ||
+        !atomic_load_explicit(&ylive[cs_lc_np_live_at(key)], memory_order_relaxed))
+        return 0;
+    peeked p = {.key = key};
+    young_each(peek_one, &p);
+    if (p.found) {
+        *origin = p.origin;
+        *consumed = p.consumed;
+    }
+    return p.found;
+}
+
 void cs_young_dl_flush_locked(young *y, int all)
 {
     if (!enabled)

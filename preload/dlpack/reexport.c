@@ -22,12 +22,19 @@ void cs_dl_reexport_slow(const cs_loan *l, uint64_t start, uint32_t stack)
     for (size_t i = 0; i < n; i++) {
         if (hit[i] == (uint64_t)(uintptr_t)l->mt)
             continue;
-        cs_young_dl_adopt(hit[i]); /* judged by the lifecycle from here */
+        /* a tensor its thread's table still holds is read there: moving
+         * it to the lifecycle for a look would cost its delete the fast
+         * path (a round trip back re-exports on every iteration) */
         cs_event origin;
-        cs_lc_lock(cs_lc, hit[i]);
-        int live = cs_lc_origin(cs_lc, CS_NS_DLPACK, hit[i], &origin) &&
+        int live, consumed;
+        if (cs_young_dl_peek(hit[i], &origin, &consumed)) {
+            live = consumed;
+        } else {
+            cs_lc_lock(cs_lc, hit[i]);
+            live = cs_lc_origin(cs_lc, CS_NS_DLPACK, hit[i], &origin) &&
                    cs_lc_state(cs_lc, CS_NS_DLPACK, hit[i]) == CS_ST_CONSUMED;
-        cs_lc_unlock(cs_lc, hit[i]);
+            cs_lc_unlock(cs_lc, hit[i]);
+        }
         if (!live || origin.kind != CS_EV_EXPORT || origin.c != l->nbytes ||
             origin.b == (uint64_t)(uintptr_t)l->deleter)
             continue;
@@ -37,6 +44,7 @@ void cs_dl_reexport_slow(const cs_loan *l, uint64_t start, uint32_t stack)
                                 &off, &data) ||
             !off || data != start)
             continue;
+        cs_young_dl_adopt(hit[i]); /* the finding is the lifecycle's */
         cs_event ev = {.kind = CS_EV_REEXPORT, .obj = hit[i], .a = (uint64_t)(uintptr_t)l->mt,
                        .b = start, .c = off, .stack = stack};
         cs_emit(&ev, 0, NULL, NULL);
