@@ -1,33 +1,30 @@
 /* Start-up and the process-level hooks (see runtime.h): the hook table
  * handed to the slot patcher, dlopen/dlclose/dlsym, exit, _exit and main's
- * return, fork and crash signals, capsan_start() and capsan_stop(). It
- * starts every hook module and the service they all call (runtime.c);
- * nothing calls back into it. */
+ * return, fork, capsan_start() and capsan_stop(). It starts every hook
+ * module, the crash handler (crash.c) and the service they all call
+ * (runtime.c); nothing calls back into it. */
 #include "runtime.h"
 
 #include <dlfcn.h>
 #include <link.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <ucontext.h>
 #include <unistd.h>
 
 #include "capsan.h"
 #include "capsule.h"
+#include "crash.h"
 #include "dataguard.h"
 #include "dataindex.h"
 #include "pyalloc.h"
-#include "deleter.h"
 #include "got.h"
 #include "livestate.h"
 #include "modules.h"
 #include "numpy.h"
 #include "options.h"
-#include "probe.h"
 #include "ending.h"
 #include "exitroots.h"
 #include "pyapi.h"
@@ -276,103 +273,6 @@ static void fork_child(void)
     cs_findings_reset_child();
 }
 
-/* ---- crashes ---- */
-
-static const int crash_sigs[] = {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT};
-static struct sigaction old_act[NSIG];
-
-/* A call through a NULL function pointer. If the struct in the first
- * argument register (x86-64: RDI) is a tensor exported with a NULL deleter
- * (or else the last one this thread consumed), this is a consumer calling
- * that deleter: dlpack-null-deleter, recorded and printed before the
- * process dies. The caller's return address is on top of the stack. */
-static void null_deleter_call(const ucontext_t *uc)
-{
-    if (!cs_lc)
-        return;
-    uint64_t cand[2] = {(uint64_t)uc->uc_mcontext.gregs[REG_RDI],
-                        (uint64_t)(uintptr_t)cs_dl_last_null()};
-    const uint64_t *sp = (const uint64_t *)(uintptr_t)uc->uc_mcontext.gregs[REG_RSP];
-    for (int i = 0; i < 2; i++) {
-        cs_event origin;
-        int found;
-        cs_lc_lock(cs_lc, cand[i]);
-        found = cand[i] && cs_lc_origin(cs_lc, CS_NS_DLPACK, cand[i], &origin);
-        cs_lc_unlock(cs_lc, cand[i]);
-        if (!found || origin.kind != CS_EV_EXPORT || !(origin.flags & CS_EVF_NULL_DELETER))
-            continue;
-        cs_event ev = {.kind = CS_EV_DELETE, .obj = cand[i], .aux = CS_DELETE_NULL_CALL,
-                       .b = cs_probe_read(sp, sizeof *sp) ? *sp : 0};
-        /* from a signal handler native unwinding ends at the jump to 0:
-         * the Python frames say where the call came from */
-        cs_emit(&ev, CS_STACK_PYTHON, NULL, NULL);
-        return;
-    }
-}
-
-static void on_crash(int sig, siginfo_t *si, void *ucv)
-{
-    static atomic_int once;
-    if (!atomic_exchange(&once, 1) && cs_runtime_running()) {
-        ucontext_t *uc = ucv;
-        uint64_t pc = uc ? (uint64_t)uc->uc_mcontext.gregs[REG_RIP] : 0;
-        /* si_addr is a fault's address; a signal sent (abort(), kill) has none */
-        uint64_t addr = si->si_code > 0 ? (uint64_t)(uintptr_t)si->si_addr : 0;
-        if (sig == SIGSEGV && pc == 0 && uc && cs_recording)
-            null_deleter_call(uc);
-        cs_recording = 0;
-        if (cs_trace_started()) {
-            cs_rec_end e = {.how = CS_END_SIGNAL, .status = sig, .time_ns = cs_now_ns(),
-                            .fault_addr = addr, .pc = pc,
-                            .findings = cs_findings_total()};
-            if (cs_lc) {
-                cs_lc_totals tot;
-                cs_lc_tally(cs_lc, &tot, &e.events);
-                e.tensors = (uint64_t)tot.born_dlpack;
-                e.blocks = (uint64_t)tot.born_numpy;
-                e.arrow = (uint64_t)tot.born_arrow;
-            }
-            cs_trace_write(CS_REC_END, &e, sizeof e);
-            cs_trace_close();
-        }
-        /* formatted on the stack and written: dprintf allocates its buffer,
-         * and malloc may be what crashed (glibc aborts a double free holding
-         * the arena's lock) */
-        char at[40] = "", msg[768];
-        if (si->si_code > 0)
-            snprintf(at, sizeof at, " (address 0x%llx)", (unsigned long long)addr);
-        int n = snprintf(msg, sizeof msg,
-                         "==%d==capsan: %s at pc 0x%llx%s%s\n"
-                         "==%d==capsan: %u finding(s) reported before the crash; trace: %s\n",
-                         (int)getpid(), sigdescr_np(sig) ? sigdescr_np(sig) : "signal",
-                         (unsigned long long)pc, at,
-                         pc == 0 ? ": a call through a NULL function pointer (a NULL deleter?)" : "",
-                         (int)getpid(), cs_findings_total(), cs_trace_path());
-        if (n > 0 && write(2, msg, (size_t)n < sizeof msg ? (size_t)n : sizeof msg - 1) < 0)
-            n = 0; /* nothing more to tell it with */
-    }
-    sigaction(sig, &old_act[sig], NULL);
-    if (si->si_code <= 0) /* sent, not a fault: it will not happen again */
-        raise(sig);
-}
-
-static void install_crash_handlers(void)
-{
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_sigaction = on_crash;
-    sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
-    sigemptyset(&sa.sa_mask);
-    for (size_t i = 0; i < sizeof crash_sigs / sizeof crash_sigs[0]; i++) {
-        struct sigaction cur;
-        sigaction(crash_sigs[i], NULL, &cur);
-        /* the program's own handler stays in charge */
-        if (cur.sa_handler != SIG_DFL)
-            continue;
-        sigaction(crash_sigs[i], &sa, &old_act[crash_sigs[i]]);
-    }
-}
-
 /* ---- start and stop ---- */
 
 static void self_marker(void) {}
@@ -443,7 +343,7 @@ static int start(int preload)
     all_hooks_n = n;
     cs_got_init(all_hooks, n, (void *)self_marker);
     pthread_atfork(fork_prepare, fork_parent, fork_child);
-    install_crash_handlers();
+    cs_crash_init();
     verdict_armed = 1;
     cs_recording = 1;
     int patched = cs_got_scan();

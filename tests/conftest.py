@@ -18,7 +18,9 @@ import json
 import os
 import re
 import resource
+import shlex
 import shutil
+import signal
 import subprocess
 import tempfile
 from dataclasses import dataclass, field
@@ -381,6 +383,42 @@ def assert_lsan_stderr(stderr: str, kind: str, severity: str = "error"):
     assert f"{word}: capsan:" in stderr, f"no '{word}: capsan:' line on stderr:\n{stderr[-4000:]}"
     assert kind in stderr, f"{kind} not named on stderr:\n{stderr[-4000:]}"
     assert "SUMMARY: capsan:" in stderr, f"no 'SUMMARY: capsan:' line on stderr:\n{stderr[-4000:]}"
+
+
+def crash_reports(text: str) -> list[str]:
+    """The crash reports capsan's handler wrote in `text`, each from its
+    first line ("==PID==capsan: <signal> at pc 0x...") to its trace line."""
+    out = []
+    for m in re.finditer(r"^==(\d+)==capsan: .* at pc 0x[0-9a-f]+.*$", text, re.M):
+        end = re.compile(rf"^=={m.group(1)}==capsan: (trace: |no trace).*$", re.M).search(text, m.end())
+        out.append(text[m.start():end.end() if end else len(text)])
+    return out
+
+
+def check_crash_report(text: str, signame: str, pyframe: str) -> tuple[str, Path]:
+    """`text` holds exactly one crash report: for signal SIG<signame>, with
+    a native stack, the Python frame `pyframe` ("file.py:LINE in func"),
+    and a `capsan report TRACE` command that renders the trace (the CLI
+    beside the runtime, build/bin/capsan). Returns (report, trace)."""
+    reps = crash_reports(text)
+    assert len(reps) == 1, f"{len(reps)} crash reports in:\n{text[-6000:]}"
+    rep = reps[0]
+    assert re.search(rf"==\d+==capsan: SIG{signame}: ", rep), rep
+    native = rep.split("native stack of the crashing thread:\n", 1)
+    assert len(native) == 2 and re.match(r"    #0 0x[0-9a-f]+", native[1]), rep
+    py = rep.split("Python stack of the crashing thread, innermost first:\n", 1)
+    assert len(py) == 2 and re.search(rf"^    #\d+ \S*{re.escape(pyframe)}$", py[1], re.M), rep
+    m = re.search(r"capsan: trace: (\S+); render it with: (.+)$", rep, re.M)
+    assert m, rep
+    cmd = shlex.split(m.group(2))
+    trace = Path(m.group(1))
+    assert cmd[1:] == ["report", str(trace)] and Path(cmd[0]).resolve() == CAPSAN.resolve(), cmd
+    assert trace.is_absolute() and trace.is_file(), trace
+    cp = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT)
+    assert cp.returncode == 0, cp.stderr
+    assert f"ended: signal {getattr(signal, 'SIG' + signame).value} (SIG{signame})" in cp.stdout, \
+        cp.stdout[-3000:]
+    return rep, trace
 
 
 def process_of(report: dict, pid: int | None = None) -> dict:

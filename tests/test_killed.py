@@ -7,12 +7,15 @@ saw its child die, so it adds the END record the child could not write
 ("ended": "signal", status 9) and prints the report the child could not;
 a process killed by another (the fork child below) has none ("ended":
 "unknown"), with the same verdict."""
+import re
 import signal
+import subprocess
 
 import pytest
 
-from conftest import (CURRENT, PYSHARED, SCENARIOS, STATIC_PY, assert_finding_at, capsan_report,
-                      findings, is_signal, process_of, run_capsan, summarize, trace_files)
+from conftest import (BUILD, CURRENT, PYSHARED, SCENARIOS, STATIC_PY, assert_finding_at, base_env,
+                      capsan_report, check_crash_report, crash_reports, findings, is_signal,
+                      marker_line, no_core, process_of, run_capsan, summarize, trace_files)
 
 S = SCENARIOS / "killed.py"
 
@@ -88,3 +91,119 @@ def test_a_crash_says_its_fault_address_only_for_a_fault(tmp_path, how):
     else:
         assert line.endswith("(address 0x0)"), line
         assert ended.endswith("fault address 0x0"), ended
+
+
+REDIRECTED = '''
+import ctypes
+import os
+import sys
+
+mode, log = sys.argv[1], sys.argv[2]
+f = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+if mode == "dup2":
+    os.dup2(f, 2)  # the program's own log from now on
+elif mode == "closed":
+    os.closerange(3, 1 << 20)  # capsan's copy of the stderr it started with too
+elif mode == "reused":
+    # the program's file dup2'd over every other descriptor of its stderr
+    # (capsan's copy among them): written into only if it were that file
+    mine, replaced = os.readlink("/proc/self/fd/2"), 0
+    for name in os.listdir("/proc/self/fd"):
+        fd = int(name)
+        try:
+            if fd > 2 and fd != f and os.readlink(f"/proc/self/fd/{fd}") == mine:
+                os.dup2(f, fd)
+                replaced += 1
+        except OSError:
+            pass
+    print("replaced", replaced)
+
+
+def crash():
+    print("crashing", flush=True)
+    ctypes.string_at(0)  # <-- crash
+
+
+crash()  # <-- call
+'''
+
+
+@pytest.mark.parametrize("mode", ["dup2", "closed", "reused"])
+def test_a_crash_is_told_on_the_stderr_the_process_started_with(tmp_path, mode):
+    """capsan keeps a copy of the stderr the process had when it started:
+    a program that moves fd 2 to a log of its own before it crashes still
+    has capsan's crash report on the terminal (capture_output here), once,
+    and in its log as well. A program that closed the copy (it closes
+    every descriptor) gets the report on fd 2; one that put a file of its
+    own at the copy's number keeps that file as it was."""
+    log = tmp_path / "program.log"
+    res = run_capsan(REDIRECTED, tmp_path, args=[mode, log])
+    script = tmp_path / "prog_0.py"
+    assert "crashing" in res.stdout and is_signal(res.returncode, signal.SIGSEGV), res.describe()
+    frame = f"{script.name}:{marker_line(script, 'crash')} in crash"
+    rep, trace = check_crash_report(res.stderr, "SEGV", frame)
+    assert re.search(r"==\d+==capsan: Segmentation fault at pc 0x[0-9a-f]+ \(address 0x0\)\n", rep)
+    assert f"{script.name}:{marker_line(script, 'call')} in <module>" in rep, rep
+    assert trace in res.traces, (trace, res.traces)
+    assert process_of(res.report)["ended"] == "signal", summarize(res.report)
+    text = log.read_text()
+    if mode == "reused":
+        assert "replaced 1" in res.stdout, res.stdout
+    if mode == "dup2":
+        assert crash_reports(text) == [rep], text
+    else:
+        assert "capsan" not in text, text
+
+
+def test_a_crash_before_any_event_still_leaves_a_trace(tmp_path):
+    """`import capsan` (a late start, no LD_PRELOAD) and a crash before
+    capsan saw any event: no record had opened the trace, so the handler
+    opens it, and the report names it (it used to print "trace: " and an
+    empty path)."""
+    script = tmp_path / "late.py"
+    script.write_text("import ctypes\n"
+                      "import capsan\n"
+                      "assert capsan.active() and not capsan.preloaded()\n"
+                      "ctypes.string_at(0)  # <-- crash\n")
+    env = base_env({"CAPSAN_OPTIONS": f"log_path={tmp_path / 't'}",
+                    "PYTHONPATH": f"{BUILD / 'python'}"})
+    cp = subprocess.run([str(STATIC_PY), str(script)], capture_output=True, text=True, env=env,
+                        timeout=120, stdin=subprocess.DEVNULL, preexec_fn=no_core)
+    assert is_signal(cp.returncode, signal.SIGSEGV), cp.stderr[-3000:]
+    rep, trace = check_crash_report(cp.stderr, "SEGV", f"late.py:{marker_line(script, 'crash')} "
+                                    "in <module>")
+    assert trace_files(tmp_path) == [trace], trace_files(tmp_path)
+    assert "0 finding(s) reported before the crash" in rep, rep
+
+
+NESTED = '''
+import os
+import sys
+
+
+def inner():
+    os.abort()  # <-- abort
+
+
+def outer():
+    inner()  # <-- outer
+
+
+print("crashing", flush=True)
+outer()
+'''
+
+
+def test_the_crash_report_names_the_python_lines(tmp_path, anypy):
+    """The crashing thread's Python frames, read from the signal handler
+    without the GIL or any call but PyCode_Addr2Line, on every CPython's
+    frame layout (3.10's frame objects, 3.11-3.13's interpreter frames)."""
+    res = run_capsan(NESTED, tmp_path, interpreter=anypy)
+    script = tmp_path / "prog_0.py"
+    assert "crashing" in res.stdout and is_signal(res.returncode, signal.SIGABRT), res.describe()
+    rep, _ = check_crash_report(res.stderr, "ABRT", f"{script.name}:{marker_line(script, 'abort')} "
+                                "in inner")
+    py = rep.split("innermost first:\n")[1].splitlines()
+    assert py[0].endswith(f"{script.name}:{marker_line(script, 'abort')} in inner"), rep
+    assert py[1].endswith(f"{script.name}:{marker_line(script, 'outer')} in outer"), rep
+    assert "raised by the process itself" in rep and "(address" not in rep, rep

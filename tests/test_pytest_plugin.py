@@ -6,13 +6,16 @@ the checkout build and from an installed tree. Each case runs pytest in a
 subprocess on a generated test file."""
 import json
 import re
+import signal
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
-from conftest import (DEFAULT_EXITCODE, FIXDIR, LIBCAPSAN, ROOT, STATIC_PY, base_env,
-                      marker_line, no_core)
+import pytest
+
+from conftest import (CAPSAN, DEFAULT_EXITCODE, LIBCAPSAN, ROOT, STATIC_PY, base_env,
+                      check_crash_report, current_python, fixdir_for, marker_line, no_core)
 
 sys.path.insert(0, str(ROOT / "tests" / "scenarios"))
 from np_testlib import PYDIR, require_np  # noqa: E402
@@ -96,10 +99,10 @@ def write_tests(tmp_path, text=TESTS, name="test_sample.py"):
 
 
 def pytest_run(tmp_path, args, *, pythonpath=None, preload=False, options=("protect=1",),
-               env=None, timeout=120):
-    require_np()
+               env=None, timeout=120, python=STATIC_PY):
+    require_np(python)
     e = base_env()
-    e["PYTHONPATH"] = f"{pythonpath or PYDIR}:{FIXDIR}"
+    e["PYTHONPATH"] = f"{pythonpath or PYDIR}:{fixdir_for(python)}"
     e["CAPSAN_OPTIONS"] = ":".join([f"log_path={tmp_path / 't'}", *options])
     e.pop("PYTEST_ADDOPTS", None)
     e.pop("PYTEST_PLUGINS", None)
@@ -108,7 +111,7 @@ def pytest_run(tmp_path, args, *, pythonpath=None, preload=False, options=("prot
         e["LD_PRELOAD"] = str(LIBCAPSAN)
     if env:
         e.update(env)
-    cmd = [str(STATIC_PY), "-m", "pytest", "-p", "no:cacheprovider", "-rfE", *args]
+    cmd = [str(python), "-m", "pytest", "-p", "no:cacheprovider", "-rfE", *args]
     cp = subprocess.run(cmd, capture_output=True, text=True, env=e, timeout=timeout,
                         cwd=str(tmp_path / "suite"), stdin=subprocess.DEVNULL, preexec_fn=no_core)
     cp.describe = (f"command: {' '.join(cmd)}\nrc={cp.returncode}\n--- stdout\n{cp.stdout[-8000:]}"
@@ -470,3 +473,54 @@ def test_blocks_python_still_reaches_are_held(tmp_path):
         assert re.search(rf"test_held.py::{test}: numpy-leak x1 at test_held.py:"
                          rf"{marker_line(path, mark)}\b", cp.stdout), cp.describe
     assert "UserWarning" not in cp.stdout, cp.describe  # the walk ran no object's code
+
+
+CRASHING = '''
+import ctypes
+import os
+import dlconsumer as C
+import dlproducer as P
+
+
+def test_a_finding_first():
+    C.double_delete(P.good(4))  # protect=1 makes the second delete harmless
+
+
+def test_crashes():
+    if os.environ["CRASH_HOW"] == "abort":
+        os.abort()  # <-- abort
+    ctypes.string_at(0)  # <-- segv
+'''
+
+
+@pytest.mark.parametrize("how,tag", [("segv", "static"), ("abort", "static"), ("segv", "cp310"),
+                                     ("abort", "cp313")])
+def test_a_crash_is_reported_past_pytest_capture(tmp_path, how, tag):
+    """pytest captures fd 2 (a temporary file dup2'd over it, lost when the
+    process dies; faulthandler's "Fatal Python error" alone used to reach
+    the terminal): capsan's crash report goes to the stderr the process
+    had when the plugin started the runtime, once. It names the signal,
+    the test's line, the finding made before the crash, and the `capsan
+    report` command, whose trace renders. Debian's pytest 7 and the
+    venvs' pytest 9, on 3.10's and 3.13's frame layouts."""
+    python = STATIC_PY if tag == "static" else current_python(tag)
+    path = write_tests(tmp_path, CRASHING, "test_crashing.py")
+    cp = pytest_run(tmp_path, ["--capsan", "-p", "no:randomly", path.name],
+                    env={"CRASH_HOW": how}, python=python)
+    sig = signal.SIGSEGV if how == "segv" else signal.SIGABRT
+    assert cp.returncode == -sig, cp.describe
+    line = marker_line(path, how)
+    rep, trace = check_crash_report(cp.stderr, sig.name[3:], f"{path.name}:{line} in test_crashes")
+    if how == "segv":
+        assert re.search(r"==\d+==capsan: Segmentation fault at pc 0x[0-9a-f]+ \(address 0x0\)\n",
+                         rep), rep
+    else:
+        assert re.search(r"==\d+==capsan: Aborted at pc 0x[0-9a-f]+\n", rep), rep
+    # faulthandler (pytest enables it) ran first and raised the signal
+    # again: the report is about the crash, not about that raise
+    assert "another handler (faulthandler's?) ran first" in rep, rep
+    assert "1 finding(s) reported before the crash:\n    ERROR dlpack-double-delete: " in rep, rep
+    assert trace.parent == tmp_path and trace.name.startswith("t."), trace
+    text = subprocess.run([str(CAPSAN), "report", str(trace)], capture_output=True, text=True,
+                          timeout=120).stdout
+    assert "dlpack-double-delete" in text, text[-3000:]

@@ -247,6 +247,21 @@ void cs_findings_summary(void)
     pthread_mutex_unlock(&print_mu);
 }
 
+unsigned cs_findings_crash_list(unsigned max, void (*fn)(void *ud, const cs_finding *f), void *ud)
+{
+    /* a crash while this thread or another prints: the count will do */
+    if (pthread_mutex_trylock(&print_mu) != 0)
+        return 0;
+    /* a forked child's log starts with its parent's: its count is its own */
+    unsigned total = atomic_load(&n_total), k = total < nlog ? total : nlog;
+    if (k > max)
+        k = max;
+    for (unsigned i = nlog - k; i < nlog; i++)
+        fn(ud, &logbuf[i]);
+    pthread_mutex_unlock(&print_mu);
+    return k;
+}
+
 void cs_findings_reset_child(void)
 {
     memset(&summary, 0, sizeof summary);

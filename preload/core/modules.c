@@ -38,15 +38,9 @@ static uint64_t name_hash(const char *s)
     return h;
 }
 
-static int cb(struct dl_phdr_info *info, size_t size, void *data)
+/* info's MODULE record; 0 when the trace took none */
+static int write_module(const struct dl_phdr_info *info)
 {
-    (void)size;
-    (void)data;
-    uint32_t g = cs_trace_gen();
-    seen *s = lookup(info->dlpi_addr, info->dlpi_phdr);
-    uint64_t nh = name_hash(info->dlpi_name);
-    if (s && s->gen == g && s->name == nh)
-        return 0;
     uintptr_t lo = UINTPTR_MAX, hi = 0;
     const unsigned char *bid = NULL;
     uint32_t bidlen = 0;
@@ -97,6 +91,18 @@ static int cb(struct dl_phdr_info *info, size_t size, void *data)
         memcpy(p + sizeof m, bid, bidlen);
     memcpy(p + sizeof m + bidlen, path, plen + 1);
     cs_trace_commit(h, CS_REC_MODULE);
+    return 1;
+}
+
+static int cb(struct dl_phdr_info *info, size_t size, void *data)
+{
+    (void)size;
+    (void)data;
+    uint32_t g = cs_trace_gen();
+    seen *s = lookup(info->dlpi_addr, info->dlpi_phdr);
+    uint64_t nh = name_hash(info->dlpi_name);
+    if ((s && s->gen == g && s->name == nh) || !write_module(info))
+        return 0;
     if (!s && n == cap) {
         unsigned nc = cap ? cap * 2 : 256;
         seen *t = realloc(tab, nc * sizeof *t);
@@ -119,4 +125,19 @@ void cs_modules_note(void)
     pthread_mutex_lock(&mu);
     dl_iterate_phdr(cb, NULL);
     pthread_mutex_unlock(&mu);
+}
+
+static int cb_all(struct dl_phdr_info *info, size_t size, void *data)
+{
+    (void)size;
+    (void)data;
+    write_module(info);
+    return 0;
+}
+
+void cs_modules_note_all(void)
+{
+    /* glibc's lock around the list is recursive: a crash inside a walk of
+     * this very thread's does not deadlock here */
+    dl_iterate_phdr(cb_all, NULL);
 }

@@ -6,5 +6,8 @@
 
 /* Write records for objects not yet in the current trace file. */
 void cs_modules_note(void);
+/* A record for every loaded object, remembering none: from a crash
+ * handler (no lock of capsan's, no allocation). */
+void cs_modules_note_all(void);
 
 #endif

@@ -247,26 +247,30 @@ unsigned cs_check_gil_slow(const void *site, int what)
 /* ---- the trace prologue: who we are, what is loaded, what a forked
  * child inherited ---- */
 
-static void write_process(void)
+typedef struct proc_bufs {
+    char buf[8192], exe[512];
+    const char *argv[256];
+} proc_bufs;
+
+/* system calls only: the crash prologue writes it too */
+static void write_process(proc_bufs *b)
 {
-    char buf[8192];
+    char *buf = b->buf;
     int fd = open("/proc/self/cmdline", O_RDONLY | O_CLOEXEC);
-    ssize_t len = fd >= 0 ? read(fd, buf, sizeof buf - 1) : -1;
+    ssize_t len = fd >= 0 ? read(fd, buf, sizeof b->buf - 1) : -1;
     if (fd >= 0)
         close(fd);
     if (len < 0)
         len = 0;
     buf[len] = 0;
-    const char *argv[256];
     int argc = 0;
     for (ssize_t i = 0; i < len && argc < 255; i += (ssize_t)strlen(buf + i) + 1)
-        argv[argc++] = buf + i;
-    char exe[512];
-    ssize_t l = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    exe[l > 0 ? l : 0] = 0;
-    argv[argc] = exe;
+        b->argv[argc++] = buf + i;
+    ssize_t l = readlink("/proc/self/exe", b->exe, sizeof b->exe - 1);
+    b->exe[l > 0 ? l : 0] = 0;
+    b->argv[argc] = b->exe;
     cs_rec_process p = {.argc = (uint32_t)argc};
-    cs_trace_write_strs(CS_REC_PROCESS, &p, sizeof p, argv, argc + 1);
+    cs_trace_write_strs(CS_REC_PROCESS, &p, sizeof p, b->argv, argc + 1);
 }
 
 /* The lifecycle's sink: the history of an object with a finding. Called
@@ -281,7 +285,8 @@ void cs_runtime_sink(void *ud, const cs_event *ev)
 void cs_runtime_prologue(void)
 {
     char opts[2048];
-    write_process();
+    proc_bufs b;
+    write_process(&b);
     cs_options_format(opts, sizeof opts);
     const char *o[1] = {opts};
     cs_trace_write_strs(CS_REC_OPTIONS, "", 0, o, 1);
@@ -289,6 +294,18 @@ void cs_runtime_prologue(void)
     /* a forked child's file starts with the live objects it inherited */
     if (cs_lc)
         cs_lc_remirror(cs_lc);
+}
+
+void cs_runtime_crash_prologue(void)
+{
+    /* static: a crash handler may run on a small alternate stack */
+    static char opts[2048];
+    static proc_bufs b;
+    write_process(&b);
+    cs_options_format(opts, sizeof opts);
+    const char *o[1] = {opts};
+    cs_trace_write_strs(CS_REC_OPTIONS, "", 0, o, 1);
+    cs_modules_note_all();
 }
 
 void cs_runtime_begin(int api) { atomic_store(&started, 1), api_mode = api; }

@@ -70,6 +70,10 @@ unsigned cs_findings_errors(void);
 /* the findings' own buffers (they hold object addresses), for reach.c */
 void cs_findings_own_memory(void (*fn)(void *ud, const void *p, size_t n), void *ud);
 unsigned cs_findings_total(void);
+/* From a crash handler: fn for each of the last `max` findings reported;
+ * none when the lock is held (the crash may be in the printing). Returns
+ * how many. */
+unsigned cs_findings_crash_list(unsigned max, void (*fn)(void *ud, const cs_finding *f), void *ud);
 /* every finding the lifecycle made, suppressed ones included */
 unsigned cs_findings_judged(void);
 void cs_findings_summary(void);
@@ -86,6 +90,9 @@ extern void (*cs_runtime_halt)(void);
 extern void (*cs_runtime_python_thread)(void);
 void cs_runtime_sink(void *ud, const cs_event *ev);
 void cs_runtime_prologue(void);
+/* the same from a crash handler (cs_trace_open_crash): the process, the
+ * options and the modules, with no lock and no allocation */
+void cs_runtime_crash_prologue(void);
 void cs_runtime_fork_child(void);
 /* started and not finished */
 int cs_runtime_running(void);

@@ -20,6 +20,7 @@
 
 static char prefix[512];
 static char path[600];
+static char abs_path[1200]; /* path from the cwd it was opened in */
 static cs_trace_prologue_fn prologue;
 static int fd = -1;
 static dev_t fd_dev; /* the file fd was opened on: a program may close or */
@@ -118,7 +119,9 @@ void cs_trace_init(const char *p, cs_trace_prologue_fn fn)
 }
 
 const char *cs_trace_path(void) { return atomic_load(&state) == 2 ? path : ""; }
+const char *cs_trace_abs_path(void) { return atomic_load(&state) == 2 ? abs_path : ""; }
 int cs_trace_started(void) { return atomic_load(&state) == 2; }
+int cs_trace_failed(void) { return atomic_load(&state) == 3; }
 
 /* Move a fresh descriptor to 3 or above (a program that closed stdin,
  * stdout or stderr must not find the trace there) and remember its file. */
@@ -160,8 +163,9 @@ static int fd_is_ours(void)
     return 0;
 }
 
-/* Map chunk k (and grow the file to hold it); grow_mu held. */
-static int map_chunk(uint32_t k)
+/* Map chunk k (and grow the file to hold it); grow_mu held. `populate`:
+ * fault its pages in ahead of the writers. */
+static int map_chunk_as(uint32_t k, int populate)
 {
     if (atomic_load(&chunks[k]))
         return 0;
@@ -173,27 +177,43 @@ static int map_chunk(uint32_t k)
     /* MAP_POPULATE read-faults a shared mapping, so every first write would
      * still fault: populate for writing in bulk, ahead of the writers
      * (Linux >= 5.14; older kernels just take the faults) */
-    madvise(m, CHUNK, 23 /* MADV_POPULATE_WRITE */);
+    if (populate)
+        madvise(m, CHUNK, 23 /* MADV_POPULATE_WRITE */);
     atomic_store(&chunks[k], (char *)m);
     if (k + 1 > atomic_load(&mapped_upto))
         atomic_store(&mapped_upto, k + 1);
     return 0;
 }
 
-static int open_file(void)
+static int map_chunk(uint32_t k) { return map_chunk_as(k, 1); }
+
+/* `crash`: from a crash handler (cs_trace_open_crash): quiet, and no lock
+ * (state 1 keeps every other writer out: nothing maps a chunk before the
+ * file is open) */
+static int open_file(int crash)
 {
     snprintf(path, sizeof path, "%s.%d", prefix, (int)getpid());
+    /* as the crash report names it: the program may chdir before it dies */
+    if (path[0] != '/' && getcwd(abs_path, sizeof abs_path - sizeof path - 1))
+        strcat(abs_path, "/");
+    else
+        abs_path[0] = 0;
+    strcat(abs_path, path);
     fd = settle_fd(open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
     if (fd < 0) {
-        dprintf(2, "capsan: cannot create trace file %s: %s; tracing to disk is off\n", path,
-                strerror(errno));
+        if (!crash)
+            dprintf(2, "capsan: cannot create trace file %s: %s; tracing to disk is off\n", path,
+                    strerror(errno));
         return -1;
     }
-    pthread_mutex_lock(&grow_mu);
-    int rc = map_chunk(0);
-    pthread_mutex_unlock(&grow_mu);
+    if (!crash)
+        pthread_mutex_lock(&grow_mu);
+    int rc = map_chunk_as(0, !crash);
+    if (!crash)
+        pthread_mutex_unlock(&grow_mu);
     if (rc != 0) {
-        dprintf(2, "capsan: cannot map trace file %s: %s\n", path, strerror(errno));
+        if (!crash)
+            dprintf(2, "capsan: cannot map trace file %s: %s\n", path, strerror(errno));
         close(fd);
         fd = -1;
         return -1;
@@ -222,7 +242,7 @@ static int ensure_open(void)
         return -1;
     int expect = 0;
     if (atomic_compare_exchange_strong(&state, &expect, 1)) {
-        if (open_file() != 0) {
+        if (open_file(0) != 0) {
             atomic_store(&state, 3);
             return -1;
         }
@@ -234,6 +254,26 @@ static int ensure_open(void)
     while ((s = atomic_load_explicit(&state, memory_order_acquire)) == 1)
         sched_yield();
     return s == 2 ? 0 : -1;
+}
+
+int cs_trace_open_crash(cs_trace_prologue_fn fn)
+{
+    int expect = 0;
+    if (atomic_compare_exchange_strong(&state, &expect, 1)) {
+        if (open_file(1) != 0) {
+            atomic_store(&state, 3);
+            return 0;
+        }
+        atomic_store_explicit(&state, 2, memory_order_release);
+        if (fn)
+            fn();
+        return 1;
+    }
+    /* another thread is opening it (or this one was, and crashed there) */
+    struct timespec ms = {0, 1000000};
+    for (int i = 0; i < 200 && atomic_load(&state) == 1; i++)
+        nanosleep(&ms, NULL);
+    return atomic_load(&state) == 2;
 }
 
 static void pad(char *at, uint32_t n)

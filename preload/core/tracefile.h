@@ -37,7 +37,15 @@ static inline uint32_t cs_trace_gen(void)
     return atomic_load_explicit(&cs_trace_generation, memory_order_relaxed);
 }
 const char *cs_trace_path(void); /* "" until created */
+/* the same, absolute as of its creation */
+const char *cs_trace_abs_path(void);
 int cs_trace_started(void);
+int cs_trace_failed(void); /* it could not be created */
+/* From a crash handler: a trace no record has opened yet is opened now
+ * (async-signal-safe: no lock, no allocation), and `fn` writes what a
+ * reader needs before the END, instead of the prologue (which locks and
+ * allocates). Returns 1 when the trace is open. */
+int cs_trace_open_crash(cs_trace_prologue_fn fn);
 
 void cs_trace_atfork_child(void);
 /* fork(): hold (1) or release (0) the growth lock around it. */

@@ -51,6 +51,29 @@ void cs_stack_cache_free(struct cs_stack_cache *c);
 /* Flush libunwind's caches (after dlclose). */
 void cs_stack_flush(void);
 
+/* ---- a crash: called from a signal handler (no lock taken, nothing
+ * allocated, the program's memory read through probes) ---- */
+#define CS_CRASH_FRAMES 64
+typedef struct cs_crash_walk {
+    int n;
+    uint64_t ip[CS_CRASH_FRAMES]; /* innermost first */
+    uint8_t exact[CS_CRASH_FRAMES]; /* ip is the instruction, not a return address */
+    /* the first signal trampoline frame past frame 0 (-1: none), and its
+     * stack pointer: there lies the kernel's frame of an earlier signal,
+     * its ucontext and then its siginfo */
+    int sigframe;
+    uint64_t sigframe_sp;
+    int in_unwinder; /* the pc is in libunwind: not walked */
+    int eval_at; /* the first frame in the eval loop (-1: none) */
+} cs_crash_walk;
+/* The native frames of the context a signal interrupted (a ucontext_t);
+ * only the pc when libunwind is not there. Returns w->n. */
+int cs_stack_crash_native(const void *uc, cs_crash_walk *w);
+/* This thread's Python frames, innermost first: fn for each of the first
+ * max (names that are not ASCII say "?"). Returns how many it has. */
+int cs_stack_crash_python(int max, void (*fn)(void *ud, const char *file, const char *name, int line),
+                          void *ud);
+
 /* fork(): hold (1) or release (0) the tree's lock around it. */
 void cs_stack_fork_lock(int lock);
 
