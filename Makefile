@@ -223,7 +223,7 @@ install: all
 	install -m 755 $(B)/lib/libcapsan.so $(DESTDIR)$(PREFIX)/lib/libcapsan.so
 	$(PYTHON) pyhook/install_tree.py --prefix '$(PREFIX)' --destdir '$(DESTDIR)' --build $(B)
 
-# ---- hardening (README "Hardening") -----------------------------------------
+# ---- hardening (docs/hardening.md) ------------------------------------------
 # build/fuzz: `capsan report` as a libFuzzer target (tests/fuzz/fuzz_report.c)
 # under ASan+UBSan, built with Debian's clang; build/asan: the CLI, the unit
 # tests and the runtime under ASan+UBSan (gcc); build/ubsan: the runtime

@@ -1,6 +1,6 @@
 """Overhead benchmarks: each workload runs plain and under capsan in one
 invocation, interleaved and repeated, and the ratio of medians is printed.
-Ratios, not absolute times, are the targets (see README).
+Ratios, not absolute times, are the targets (see docs/overhead.md).
 
 report_throughput(): `capsan report` on a generated 10-million-event trace
 (bench/report_gen.c): events per second for text, JSON and HTML, and the peak

@@ -303,7 +303,7 @@ def test_api_works_under_both_interpreters(tmp_path, interp):
 def test_threads_are_judged_in_the_scope_context_only(tmp_path):
     """NumPy's handler is per context and a thread starts in a fresh one:
     arrays kept by threads the scope started are judged only when the
-    threads run in a copy of the scope's context (as the README says)."""
+    threads run in a copy of the scope's context (as docs/python.md says)."""
     out = ok(py("""
         import contextvars, threading
         import numpy as np, capsan

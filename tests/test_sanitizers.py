@@ -1,4 +1,4 @@
-"""capsan under the sanitizers (README, "Hardening").
+"""capsan under the sanitizers (docs/hardening.md).
 
 - The runtime built with UBSan (build/ubsan/lib/libcapsan.so, made by
   `make sanitizers`) runs every DLPack and NumPy scenario of the fuzzer's
