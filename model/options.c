@@ -152,6 +152,59 @@ const char *cs_option_default(const char *name)
     return NULL;
 }
 
+/* Edit distance between a key as typed and an option's name (both short:
+ * no allocation, one row on the stack), capped at 9. */
+static unsigned distance(const char *a, size_t na, const char *b)
+{
+    size_t nb = strlen(b);
+    unsigned row[64];
+    if (na >= 63 || nb >= 63)
+        return 9;
+    for (size_t j = 0; j <= nb; j++)
+        row[j] = (unsigned)j;
+    for (size_t i = 1; i <= na; i++) {
+        unsigned diag = row[0];
+        row[0] = (unsigned)i;
+        for (size_t j = 1; j <= nb; j++) {
+            unsigned up = row[j];
+            unsigned best = diag + (a[i - 1] != b[j - 1]);
+            if (up + 1 < best)
+                best = up + 1;
+            if (row[j - 1] + 1 < best)
+                best = row[j - 1] + 1;
+            row[j] = best;
+            diag = up;
+        }
+    }
+    return row[nb] > 9 ? 9 : row[nb];
+}
+
+/* The option a mistyped key most likely meant: within two edits, or a name
+ * that contains the key or is contained in it ("verbose" -> verbosity),
+ * else NULL */
+static const char *nearest(const char *key, size_t klen)
+{
+    const char *best = NULL;
+    unsigned bd = 3;
+    for (size_t i = 0; i < NOPTS; i++) {
+        const char *n = table[i].name;
+        unsigned d = distance(key, klen, n);
+        size_t nl = strlen(n);
+        /* a long common start ("verbose" -> verbosity), a prefix either
+         * way ("halt" -> halt_on_error) */
+        size_t cp = 0;
+        while (cp < klen && cp < nl && key[cp] == n[cp])
+            cp++;
+        if (cp >= 5 || (klen >= 4 && (cp == klen || cp == nl)))
+            d = d < 2 ? d : 2;
+        if (d < bd) {
+            bd = d;
+            best = n;
+        }
+    }
+    return best;
+}
+
 int cs_options_parse(const char *s, const char *source, char *err, unsigned errlen)
 {
     int rc = 0;
@@ -167,9 +220,15 @@ int cs_options_parse(const char *s, const char *source, char *err, unsigned errl
                 if (strlen(table[i].name) == klen && !memcmp(table[i].name, s, klen))
                     d = &table[i];
             if (!d) {
-                complain(err, errlen, "capsan: unknown option '%.*s' in %s "
-                         "(CAPSAN_OPTIONS=help=1 or capsan help-options lists them)",
-                         (int)klen, s, source);
+                const char *near = nearest(s, klen);
+                if (near)
+                    complain(err, errlen, "capsan: unknown option '%.*s' in %s: did you mean "
+                             "'%s'? (capsan help-options lists them)", (int)klen, s, source,
+                             near);
+                else
+                    complain(err, errlen, "capsan: unknown option '%.*s' in %s "
+                             "(CAPSAN_OPTIONS=help=1 or capsan help-options lists them)",
+                             (int)klen, s, source);
                 rc = -1;
             } else if (!eq) {
                 complain(err, errlen, "capsan: option '%s' in %s needs a value (%s=...)", d->name,
@@ -189,6 +248,14 @@ int cs_options_parse(const char *s, const char *source, char *err, unsigned errl
 void cs_options_help(int fd)
 {
     static const char *const types[] = {"int", "bool", "string"};
+    /* the columns as wide as their longest entry */
+    int wname = 0, wdef = 2;
+    for (size_t i = 0; i < NOPTS; i++) {
+        int n, l = (int)strlen(table[i].name);
+        default_text(&table[i], &n);
+        wname = l > wname ? l : wname;
+        wdef = n > wdef ? n : wdef;
+    }
     for (size_t i = 0; i < NOPTS; i++) {
         const struct optdesc *d = &table[i];
         int n;
@@ -196,8 +263,8 @@ void cs_options_help(int fd)
         char valid[64];
         snprintf(valid, sizeof valid, "%s%s%s", *d->valid ? "(" : "", d->valid,
                  *d->valid ? ") " : "");
-        dprintf(fd, "  %-14s %-6s default %-14.*s %s%s\n", d->name, types[d->type], n ? n : 2,
-                n ? def : "\"\"", valid, d->help);
+        dprintf(fd, "  %-*s %-6s default %-*.*s %s%s\n", wname, d->name, types[d->type], wdef,
+                n ? n : 2, n ? def : "\"\"", valid, d->help);
     }
 }
 

@@ -1,6 +1,7 @@
 /* build/bin/capsan: `run` (start a program with the runtime preloaded),
  * `report` (report.c: replay and render traces), `help-options`. */
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -284,6 +285,16 @@ static int cmd_run(int argc, char **argv)
             strcat(optstr, ":");
         strcat(optstr, opts.v[k].text);
     }
+    /* help=1: the runtime would print the list and end the program before
+     * it ran; the list is all there is to say */
+    const char *help = kv_get(&opts, "help");
+    if (help && (!strcmp(help, "1") || !strcmp(help, "true") || !strcmp(help, "yes"))) {
+        kv_free(&opts);
+        kv_free(&flags);
+        free(optstr);
+        free(lib);
+        return help_options();
+    }
     const char *log_path = kv_get(&opts, "log_path");
     if (!log_path || !*log_path)
         log_path = cs_option_default("log_path");
@@ -317,6 +328,11 @@ static int cmd_run(int argc, char **argv)
     struct timespec run_start;
     clock_gettime(CLOCK_REALTIME, &run_start);
     fflush(NULL);
+    /* a failed exec says so through this pipe (closed by a good one): then
+     * its one line is all the run has to say */
+    int execfd[2];
+    if (pipe2(execfd, O_CLOEXEC) != 0)
+        execfd[0] = execfd[1] = -1;
     pid_t pid = fork();
     if (pid < 0) {
         fprintf(stderr, "capsan: fork: %s\n", strerror(errno));
@@ -333,9 +349,21 @@ static int cmd_run(int argc, char **argv)
         execvp(cmd[0], cmd);
         int e = errno;
         fprintf(stderr, "capsan: cannot run %s: %s\n", cmd[0], strerror(e));
+        if (execfd[1] >= 0 && write(execfd[1], &e, sizeof e) < 0)
+            e = errno; /* the status still says it */
         _exit(e == ENOENT ? 127 : 126);
     }
     child_pid = pid;
+    int exec_failed = 0;
+    if (execfd[1] >= 0) {
+        close(execfd[1]);
+        int e;
+        ssize_t got;
+        while ((got = read(execfd[0], &e, sizeof e)) < 0 && errno == EINTR)
+            ;
+        exec_failed = got == (ssize_t)sizeof e;
+        close(execfd[0]);
+    }
     int status, rc;
     while ((rc = waitpid(pid, &status, 0)) < 0 && errno == EINTR)
         ;
@@ -359,6 +387,8 @@ static int cmd_run(int argc, char **argv)
             fprintf(stderr, "capsan: %s killed by signal %d; it left no trace (%s: %s)\n",
                     cmd[0], sig, trace, strerror(errno));
         rc = 128 + sig;
+    } else if (exec_failed) {
+        rc = WIFEXITED(status) ? WEXITSTATUS(status) : EXIT_INTERNAL;
     } else {
         rc = WIFEXITED(status) ? WEXITSTATUS(status) : EXIT_INTERNAL;
         cs_run_summary(log_path, (uint64_t)run_start.tv_sec * 1000000000ull +

@@ -195,3 +195,56 @@ def test_report_skips_json_reports_a_glob_picked_up(tmp_path, trace):
 def test_report_to_a_full_device(trace):
     r = capsan("report", "-o", "/dev/full", trace)
     assert r.returncode == 1 and "writing /dev/full failed: No space left" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("typed, meant", [("verbose", "verbosity"), ("log_pth", "log_path"),
+                                          ("halt", "halt_on_error"), ("exitcod", "exitcode"),
+                                          ("python_dept", "python_depth")])
+def test_a_mistyped_option_gets_a_did_you_mean(typed, meant):
+    """As ASan's flag parser does: the nearest option is named, in the
+    runtime's parser (CAPSAN_OPTIONS) and capsan run's (--options)."""
+    env = base_env({"CAPSAN_OPTIONS": f"{typed}=1"})
+    refused(capsan("run", "--", "true", env=env), f"unknown option '{typed}'",
+            f"did you mean '{meant}'?")
+    refused(capsan("run", "--options", f"{typed}=1", "--", "true"), f"did you mean '{meant}'?")
+
+
+def test_an_unknown_option_far_from_any_gets_no_guess():
+    env = base_env({"CAPSAN_OPTIONS": "frobnicate=1"})
+    r = capsan("run", "--", "true", env=env)
+    refused(r, "unknown option 'frobnicate'")
+    assert "did you mean" not in r.stderr
+
+
+def test_help_options_columns_line_up():
+    """Every option's type starts in the same column, the long names too."""
+    r = capsan("help-options")
+    rows = [ln for ln in r.stdout.splitlines() if ln.startswith("  ")]
+    assert len(rows) > 10
+    cols = {ln.index(" default ") for ln in rows}
+    assert len(cols) == 1, r.stdout
+
+
+@pytest.mark.parametrize("what", ["missing", "not-executable"])
+def test_a_program_that_cannot_run_gets_its_one_line(tmp_path, what):
+    """The error, its status (127, 126 as a shell's), and nothing after it:
+    no 'no findings' line for a program that never ran."""
+    prog = tmp_path / "prog.py"
+    if what == "not-executable":
+        prog.write_text("print(1)\n")
+        prog.chmod(0o644)
+    r = capsan("run", "--", prog, cwd=tmp_path)
+    assert r.returncode == (127 if what == "missing" else 126), r.stderr
+    assert r.stderr.splitlines() == [f"capsan: cannot run {prog}: " +
+                                     ("No such file or directory" if what == "missing"
+                                      else "Permission denied")], r.stderr
+    assert not list(tmp_path.glob("capsan.trace.*"))
+
+
+def test_help_option_under_capsan_run_lists_the_options_only(tmp_path):
+    env = base_env({"CAPSAN_OPTIONS": "help=1"})
+    r = capsan("run", "--", "/usr/bin/python3", "-c", "print('the program ran')", env=env,
+               cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "log_path" in r.stdout and "the program ran" not in r.stdout
+    assert "no findings" not in r.stderr, r.stderr
