@@ -5,6 +5,7 @@
 #   make bench      overhead benchmarks (ratios against a plain run)
 #   make bench-quick  only their instruction counts (callgrind), a few minutes
 #   make bench-floor  the same for a runtime whose events end as they start
+#   make bench-plugin  pytest --capsan against plain pytest and capsan run (CPU time)
 #   make fuzz FUZZ_SECONDS=N   fuzz `capsan report` (libFuzzer, ASan+UBSan)
 #   make asan       the runtime under ASan over the DLPack and NumPy scenarios
 #   make stress     tests/test_stress.py 20 times in a row, large (STRESS_RUNS=, STRESS_SCALE=)
@@ -203,6 +204,14 @@ bench: all fixtures venvs arrow-venvs floor-lib
 .PHONY: bench-quick
 bench-quick: all venvs floor-lib
 	@BENCH_FLOOR_LIB=$(abspath $(FLOOR_LIB)) BENCH_ONLY=icount BENCH_CG_QUICK=1 $(PYTHON) bench/run.py
+
+# pytest --capsan against a plain pytest run and `capsan run -- pytest` on
+# numpy's test_numeric.py, torch's test_dlpack.py and arro3's tests
+# (bench/plugin_cost.py: CPU time, best of 3; a suite that cannot be had is
+# skipped with a message)
+.PHONY: bench-plugin
+bench-plugin: all venvs arrow-venvs
+	@$(PYTHON) bench/plugin_cost.py
 
 # The floor under any event path: the runtime built with events that end
 # as they start (cs_emit returns: no thread, stack, table or trace), so

@@ -148,12 +148,12 @@ uint64_t cs_lc_events(cs_lifecycle *lc);
 size_t cs_lc_live(cs_lifecycle *lc);
 
 /* Judge the live objects of a namespace whose origin event has c ==
- * origin_c (NumPy: the handler struct that allocated them) as leaks now,
- * except the nheld keys of held (sorted; NULL when none): an API scope's
- * blocks that a Python object still refers to. Returns how many were
- * reported. */
-int cs_lc_report_live(cs_lifecycle *lc, int ns, uint64_t origin_c, const uint64_t *held,
-                      size_t nheld);
+ * origin_c (NumPy: the handler struct that allocated them) and came at or
+ * after since_ns as leaks now, except the nheld keys of held (sorted;
+ * NULL when none): an API scope's blocks that a Python object still
+ * refers to. Returns how many were reported. */
+int cs_lc_report_live(cs_lifecycle *lc, int ns, uint64_t origin_c, uint64_t since_ns,
+                      const uint64_t *held, size_t nheld);
 
 /* The keys of the live objects of a namespace that a normal exit would
  * judge leaked if they stayed alive (not held, not module data), sorted,
@@ -171,9 +171,19 @@ void cs_lc_spans(cs_lifecycle *lc, const uint64_t *keys, size_t n, uint64_t *lo,
                  uint64_t *who);
 
 /* The keys of the live objects of a namespace whose origin event has c ==
- * origin_c, sorted, into a malloc'd *out the caller frees; returns how
- * many (the ones cs_lc_report_live would judge). */
-size_t cs_lc_live_from(cs_lifecycle *lc, int ns, uint64_t origin_c, uint64_t **out);
+ * origin_c and came at or after since_ns, sorted, into a malloc'd *out
+ * the caller frees; returns how many (the ones cs_lc_report_live would
+ * judge). */
+size_t cs_lc_live_from(cs_lifecycle *lc, int ns, uint64_t origin_c, uint64_t since_ns,
+                       uint64_t **out);
+/* The live, unreported objects of every namespace whose latest event came
+ * at or after since_ns (or whose history is unknown): what an API scope
+ * that began then may still have to judge. A walk of the table, no
+ * allocation. */
+size_t cs_lc_touched_since(cs_lifecycle *lc, uint64_t since_ns);
+/* Their keys in namespace ns, sorted, into a malloc'd *out the caller
+ * frees; returns how many. */
+size_t cs_lc_touched_keys(cs_lifecycle *lc, int ns, uint64_t since_ns, uint64_t **out);
 
 /* API mode's scope end: the consumed, unreleased, unreported tensors whose
  * consume came at or after since_ns, sorted, into a malloc'd *out the

@@ -682,3 +682,32 @@ size_t cs_lc_live(cs_lifecycle *lc)
     }
     return n;
 }
+
+/* live, unreported, and its latest event (the history keeps it last) at
+ * or after since_ns */
+static int touched(const obj *o, uint64_t since_ns)
+{
+    return o->key && (o->state == CS_ST_CREATED || o->state == CS_ST_CONSUMED) &&
+           !(o->flags & OF_LEAK_REPORTED) &&
+           (!o->nhist || o->hist[o->nhist - 1].time_ns >= since_ns);
+}
+
+size_t cs_lc_touched_since(cs_lifecycle *lc, uint64_t since_ns)
+{
+    size_t n = 0;
+    for (int i = 0; i < NSTRIPES; i++) {
+        stripe *st = &lc->s[i];
+        ot_lock(lc, st);
+        for (size_t k = 0; k < st->cap; k++)
+            n += (size_t)touched(&st->tab[k], since_ns);
+        ot_unlock(lc, st);
+    }
+    return n;
+}
+
+static int keep_touched(const obj *o, void *ud) { return touched(o, *(const uint64_t *)ud); }
+
+size_t cs_lc_touched_keys(cs_lifecycle *lc, int ns, uint64_t since_ns, uint64_t **out)
+{
+    return ot_live_keys(lc, ns, keep_touched, &since_ns, out);
+}

@@ -8,16 +8,18 @@
 #include <string.h>
 
 typedef struct live_report {
-    uint64_t origin_c;
+    uint64_t origin_c, since_ns;
     int n;
     const uint64_t *held; /* sorted: not judged */
     size_t nheld;
 } live_report;
 
-/* a live object made by the scope's handler, and judged by its end */
-static int from_scope(const obj *o, uint64_t origin_c)
+/* a live object made by the scope's handler since its start, and judged
+ * by its end (a handler serves one scope after another: the pytest plugin
+ * keeps one while no array or context holds it) */
+static int from_scope(const obj *o, uint64_t origin_c, uint64_t since_ns)
 {
-    if (!o->nhist || o->hist[0].c != origin_c)
+    if (!o->nhist || o->hist[0].c != origin_c || o->hist[0].time_ns < since_ns)
         return 0;
     /* module data made by an import inside the scope (numpy 2 imports
      * numpy.random at first use): as at exit, not a leak */
@@ -27,7 +29,7 @@ static int from_scope(const obj *o, uint64_t origin_c)
 static void report_if_from(cs_lifecycle *lc, obj *o, void *ud)
 {
     live_report *r = ud;
-    if (!from_scope(o, r->origin_c) ||
+    if (!from_scope(o, r->origin_c, r->since_ns) ||
         (r->nheld && bsearch(&o->key, r->held, r->nheld, sizeof *r->held, ot_cmp_u64)))
         return;
     o->flags |= OF_LEAK_REPORTED;
@@ -36,19 +38,26 @@ static void report_if_from(cs_lifecycle *lc, obj *o, void *ud)
     r->n++;
 }
 
-int cs_lc_report_live(cs_lifecycle *lc, int ns, uint64_t origin_c, const uint64_t *held,
-                      size_t nheld)
+int cs_lc_report_live(cs_lifecycle *lc, int ns, uint64_t origin_c, uint64_t since_ns,
+                      const uint64_t *held, size_t nheld)
 {
-    live_report r = {.origin_c = origin_c, .held = held, .nheld = held ? nheld : 0};
+    live_report r = {.origin_c = origin_c, .since_ns = since_ns, .held = held,
+                     .nheld = held ? nheld : 0};
     ot_each_live(lc, ns, report_if_from, &r);
     return r.n;
 }
 
-static int keep_from(const obj *o, void *ud) { return from_scope(o, *(const uint64_t *)ud); }
-
-size_t cs_lc_live_from(cs_lifecycle *lc, int ns, uint64_t origin_c, uint64_t **out)
+static int keep_from(const obj *o, void *ud)
 {
-    return ot_live_keys(lc, ns, keep_from, &origin_c, out);
+    const uint64_t *c_since = ud;
+    return from_scope(o, c_since[0], c_since[1]);
+}
+
+size_t cs_lc_live_from(cs_lifecycle *lc, int ns, uint64_t origin_c, uint64_t since_ns,
+                       uint64_t **out)
+{
+    uint64_t c_since[2] = {origin_c, since_ns};
+    return ot_live_keys(lc, ns, keep_from, c_since, out);
 }
 
 /* still alive at a normal exit, and nothing says it was meant to be */

@@ -62,9 +62,16 @@ CAPSAN_API int capsan_handler_leaks(struct _object *handler);
 /* The same, except the n blocks of `held` (sorted addresses): ones that a
  * Python object outside the scope still refers to. */
 CAPSAN_API int capsan_handler_leaks_except(struct _object *handler, const uint64_t *held, size_t n);
+/* The same for the blocks allocated at or after since_ns (capsan_now_ns):
+ * a handler that serves one scope after another (the pytest plugin's). */
+CAPSAN_API int capsan_handler_leaks_since(struct _object *handler, uint64_t since_ns,
+                                          const uint64_t *held, size_t n);
 /* The addresses of the blocks capsan_handler_leaks would judge, sorted:
  * up to max of them into out; returns how many there are. GIL held. */
 CAPSAN_API size_t capsan_handler_live(struct _object *handler, uint64_t *out, size_t max);
+/* The same for the blocks allocated at or after since_ns. */
+CAPSAN_API size_t capsan_handler_live_since(struct _object *handler, uint64_t since_ns,
+                                            uint64_t *out, size_t max);
 /* Which of want[0..n) (sorted block addresses) an array or an unconsumed
  * DLPack capsule reachable from `roots` holds: found[i] = 1 for each;
  * returns how many. GIL held (see pyreach.h). */
@@ -78,6 +85,16 @@ CAPSAN_API uint64_t capsan_now_ns(void);
  * NumPy buffer it keeps alive its indirect part. Returns how many. Call
  * after gc.collect(). GIL held. */
 CAPSAN_API int capsan_scope_dlpack_leaks(uint64_t since_ns);
+/* How many live NumPy blocks, DLPack tensors and Arrow structs had their
+ * latest event at or after since_ns (made, consumed, moved...): 0 means a
+ * scope that began then has nothing left to judge, and needs no
+ * gc.collect() to find out. A walk of the runtime's table and of each
+ * thread's young objects, nothing moved, no allocation. */
+CAPSAN_API uint64_t capsan_scope_live(uint64_t since_ns);
+/* The addresses of those that are NumPy blocks or DLPack tensors, sorted
+ * and distinct (what capsan_reached looks for): up to max of them into
+ * out; returns how many there are. GIL held. */
+CAPSAN_API size_t capsan_scope_live_keys(uint64_t since_ns, uint64_t *out, size_t max);
 /* Declare the DLPack device type (e.g. 3, kDLCUDAHost) of the memory a
  * handler hands out: exporting its data as plain CPU (device type 1) is then
  * reported as dlpack-device-mismatch. Handler names containing "cuda_host"

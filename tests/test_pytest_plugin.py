@@ -524,3 +524,74 @@ def test_a_crash_is_reported_past_pytest_capture(tmp_path, how, tag):
     text = subprocess.run([str(CAPSAN), "report", str(trace)], capture_output=True, text=True,
                           timeout=120).stdout
     assert "dlpack-double-delete" in text, text[-3000:]
+
+
+SHARED = """
+import contextvars
+import gc
+import numpy as np
+import np_leaky as L
+
+seen = []
+keep = []
+contexts = []
+
+
+class Node:
+    pass
+
+
+def test_a(capsan_trace):
+    seen.append(id(capsan_trace.handler))
+    assert np.ones(10).sum() == 10
+
+
+def test_b_holds(capsan_trace):
+    seen.append(id(capsan_trace.handler))
+    keep.append(np.ones(10))  # its array holds the handler from now on
+
+
+def test_c_captures(capsan_trace):
+    seen.append(id(capsan_trace.handler))
+    contexts.append(contextvars.copy_context())  # and so does this context
+
+
+def test_d_allocates_through_c(capsan_trace):
+    seen.append(id(capsan_trace.handler))
+    # made through test_c's handler: no block of this test's
+    L.keep_forever(contexts[0].run(np.ones, 5))
+
+
+def test_e_handlers():
+    # a handler nothing else holds serves the next test; one an array or a
+    # context holds is never another test's
+    assert seen[0] == seen[1] and seen[2] != seen[1] and seen[3] != seen[2], seen
+
+
+def test_young_cycle():
+    n = Node()
+    n.self, n.a = n, np.ones(8)
+
+
+def test_old_cycle():
+    n = Node()
+    n.self, n.a = n, np.ones(8)
+    gc.collect()  # n moves to the oldest generation: only a full collection frees it
+
+
+def test_leak_after_all():
+    L.keep_forever(np.ones(12))  # <-- shared-leak
+"""
+
+
+def test_one_handler_serves_the_tests_nothing_else_holds_it_for(tmp_path):
+    """The tests share one tracing handler while nothing but the plugin holds
+    it; an array or a copied context that holds it retires it, and what is
+    made through it later is judged by no other test. A test's garbage
+    cycles are collected before its blocks are judged, young or old; a
+    leak after all that still fails its test at its line."""
+    path = write_tests(tmp_path, SHARED, "test_shared.py")
+    cp = pytest_run(tmp_path, ["--capsan", "-p", "no:randomly", path.name])
+    assert outcomes(cp) == {"test_leak_after_all": "failed"}, cp.describe
+    assert re.search(rf"test_shared.py::test_leak_after_all: numpy-leak x1 at test_shared.py:"
+                     rf"{marker_line(path, 'shared-leak')}\b", cp.stdout), cp.describe

@@ -13,6 +13,7 @@
 #ifndef CAPSAN_YOUNG_H
 #define CAPSAN_YOUNG_H
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "lifecycle.h"
@@ -34,6 +35,10 @@ void cs_young_adopt(uint64_t key);
 /* Before the lifecycle's live NumPy blocks or DLPack tensors are read
  * (exit, queries, fork): every thread's live ones move into its table. */
 void cs_young_flush(void);
+/* How many live NumPy blocks and DLPack tensors the threads hold whose
+ * latest event came at or after since_ns (an API scope's, with
+ * cs_lc_touched_since): read in place, nothing moves to the lifecycle. */
+size_t cs_young_touched_since(uint64_t since_ns);
 /* fork(): every thread's table locked across it (1 before, 0 after); the
  * caller flushed first. */
 void cs_young_fork_lock(int lock);

@@ -94,6 +94,8 @@ cs_live_slot *young_slots_new(uint32_t *gen, cs_live_slot **slots, uint32_t n);
 void cs_young_dl_flush_locked(young *y, int all);
 /* its live and born tensors and events, for cs_lc_outside */
 void cs_young_dl_totals(const young *y, cs_lc_totals *add, uint64_t *events);
+/* its live tensors whose latest event came at or after since_ns (y->mu held) */
+size_t cs_young_dl_touched_locked(const young *y, uint64_t since_ns);
 /* set up with the rest (young.c's init): 0 if it cannot be */
 int cs_young_dl_init(cs_lifecycle *to);
 

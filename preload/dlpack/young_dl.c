@@ -352,6 +352,16 @@ void cs_young_dl_flush_locked(young *y, int all)
                 adopt_gone(d, k);
 }
 
+size_t cs_young_dl_touched_locked(const young *y, uint64_t since_ns)
+{
+    size_t n = 0;
+    const dl_young *d = &y->dl;
+    for (unsigned i = 0; enabled && i < DLY; i++)
+        if (d->ev[i][0].obj && d->nev[i] && d->ev[i][d->nev[i] - 1].time_ns >= since_ns)
+            n++;
+    return n;
+}
+
 void cs_young_dl_totals(const young *y, cs_lc_totals *add, uint64_t *events)
 {
     add->dlpack += __atomic_load_n(&y->dl.live, __ATOMIC_RELAXED);

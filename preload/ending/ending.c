@@ -113,6 +113,42 @@ static void note_found(void *ud, uint64_t key, uint64_t where, uint64_t base, un
 
 static int scope_leaks(uint64_t since_ns, int arrow);
 
+uint64_t capsan_scope_live(uint64_t since_ns)
+{
+    if (!cs_lc || !cs_recording)
+        return 0;
+    /* the threads' first: a block moving to the table meanwhile is counted
+     * twice, never missed */
+    return cs_young_touched_since(since_ns) + cs_lc_touched_since(cs_lc, since_ns);
+}
+
+size_t capsan_scope_live_keys(uint64_t since_ns, uint64_t *out, size_t max)
+{
+    if (!cs_lc || !cs_recording)
+        return 0;
+    cs_young_flush();
+    uint64_t *np, *dl;
+    size_t nn = cs_lc_touched_keys(cs_lc, CS_NS_NUMPY, since_ns, &np);
+    size_t nd = cs_lc_touched_keys(cs_lc, CS_NS_DLPACK, since_ns, &dl);
+    /* one sorted list (both are): a block and a tensor at one address
+     * are one address to look for */
+    size_t i = 0, j = 0, k = 0;
+    uint64_t last = 0;
+    while (i < nn || j < nd) {
+        uint64_t v = (j >= nd || (i < nn && np[i] <= dl[j])) ? np[i++] : dl[j++];
+        if (k && v == last)
+            continue;
+        if (k < max)
+            out[k] = v;
+        last = v;
+        k++;
+    }
+    /* freed memory keeps its bytes: a stale key is a root at exit */
+    cs_free_clean(np, nn * sizeof *np);
+    cs_free_clean(dl, nd * sizeof *dl);
+    return k;
+}
+
 /* the tensors, then the Arrow structs, of the scope */
 int capsan_scope_dlpack_leaks(uint64_t since_ns)
 {

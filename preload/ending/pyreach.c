@@ -316,8 +316,11 @@ size_t cs_pyreach(PyObject_ *const *roots, size_t nroots, size_t nwalk, const ui
     type_memo memo = {{0}, {0}};
     held_list held = {0};
     cs_heldmem_init(&held.libs);
-    /* with objects that hold memory unseen, the walk goes on to its end */
-    int to_end = held.libs.pyarrow || held.libs.torch_tensor || held.libs.ffi_object;
+    /* with objects that hold memory unseen, the walk goes on to its end
+     * while something is still to be found; once everything is, only the
+     * pyarrow buffers that `where` tells apart need the rest (a pytest
+     * test's walk stops at its last block, whatever is imported) */
+    int to_end = (held.libs.pyarrow || held.libs.torch_tensor || held.libs.ffi_object) && where;
     size_t got = 0;
     /* every root is seen from the start: one root's walk stops at another
      * (sys reaches every module through sys.modules, a function its

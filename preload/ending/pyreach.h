@@ -20,12 +20,14 @@ enum { CS_REACH_NONE = 0, CS_REACH_OBJECT = 1, CS_REACH_ARROW = 2 };
  * (struct) addresses, sorted. found[i] = CS_REACH_OBJECT when an array's
  * data, a capsule's tensor, or an unconsumed capsule tensor's data is
  * want[i], and label[i] (label may be NULL) = the root it was first
- * reached from. With pyarrow, torch or tvm-ffi imported the walk goes to
- * its end, and then asks the library objects it met for the memory they
- * hold (heldmem.c): a torch or tvm-ffi tensor's data in a block or a
- * consumed tensor's data counts as CS_REACH_OBJECT from the object's root; a pyarrow buffer
- * in a block sets CS_REACH_ARROW (over CS_REACH_OBJECT) and where[i]
- * (where may be NULL) to the buffer's address. Returns how many were
+ * reached from. The walk stops once every want[i] is found; with
+ * pyarrow, torch or tvm-ffi imported it goes on while some are not (and,
+ * with `where`, to its end), and then asks the library objects it met
+ * for the memory they hold (heldmem.c): a torch or tvm-ffi tensor's data
+ * in a block or a consumed tensor's data counts as CS_REACH_OBJECT from
+ * the object's root; a pyarrow buffer in a block sets CS_REACH_ARROW
+ * (over CS_REACH_OBJECT) and where[i] (where may be NULL) to the buffer's
+ * address. Returns how many were
  * found. GIL held; the walk runs no Python code (tp_traverse runs none),
  * the libraries' getters run after it. 0 when numpy is not imported. */
 size_t cs_pyreach(PyObject_ *const *roots, size_t nroots, size_t nwalk, const uint64_t *want,

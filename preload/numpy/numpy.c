@@ -1028,27 +1028,41 @@ static const tracing *tracing_of(PyObject_ *handler)
     return handler ? cs_py.Capsule_GetPointer(handler, "mem_handler") : NULL;
 }
 
-int capsan_handler_leaks(PyObject_ *handler) { return capsan_handler_leaks_except(handler, NULL, 0); }
+int capsan_handler_leaks(PyObject_ *handler)
+{
+    return capsan_handler_leaks_since(handler, 0, NULL, 0);
+}
 
 int capsan_handler_leaks_except(PyObject_ *handler, const uint64_t *held, size_t n)
+{
+    return capsan_handler_leaks_since(handler, 0, held, n);
+}
+
+int capsan_handler_leaks_since(PyObject_ *handler, uint64_t since_ns, const uint64_t *held,
+                               size_t n)
 {
     const tracing *t = tracing_of(handler);
     if (!t || !cs_lc)
         return 0;
     cs_young_flush();
-    int r = cs_lc_report_live(cs_lc, CS_NS_NUMPY, (uint64_t)(uintptr_t)&t->h, held, n);
+    int r = cs_lc_report_live(cs_lc, CS_NS_NUMPY, (uint64_t)(uintptr_t)&t->h, since_ns, held, n);
     cs_findings_flush();
     return r;
 }
 
 size_t capsan_handler_live(PyObject_ *handler, uint64_t *out, size_t max)
 {
+    return capsan_handler_live_since(handler, 0, out, max);
+}
+
+size_t capsan_handler_live_since(PyObject_ *handler, uint64_t since_ns, uint64_t *out, size_t max)
+{
     const tracing *t = tracing_of(handler);
     uint64_t *keys;
     if (!t || !cs_lc)
         return 0;
     cs_young_flush();
-    size_t n = cs_lc_live_from(cs_lc, CS_NS_NUMPY, (uint64_t)(uintptr_t)&t->h, &keys);
+    size_t n = cs_lc_live_from(cs_lc, CS_NS_NUMPY, (uint64_t)(uintptr_t)&t->h, since_ns, &keys);
     if (out)
         memcpy(out, keys, (n < max ? n : max) * sizeof *keys);
     cs_free_clean(keys, n * sizeof *keys); /* a stale key in freed memory is a root at exit */

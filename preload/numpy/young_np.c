@@ -215,6 +215,28 @@ void cs_young_flush(void)
         young_each(flush_one, NULL);
 }
 
+typedef struct touched {
+    uint64_t since_ns;
+    size_t n;
+} touched;
+
+static void count_touched(young *y, void *ud)
+{
+    touched *c = ud;
+    for (unsigned i = 0; i < YOUNG; i++)
+        if (y->blk[i].obj && y->blk[i].time_ns >= c->since_ns)
+            c->n++;
+    c->n += cs_young_dl_touched_locked(y, c->since_ns);
+}
+
+size_t cs_young_touched_since(uint64_t since_ns)
+{
+    touched c = {since_ns, 0};
+    if (enabled)
+        young_each(count_touched, &c);
+    return c.n;
+}
+
 
 
 /* A thread's end: its live blocks outlive it (in the lifecycle), and so

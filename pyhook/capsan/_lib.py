@@ -168,6 +168,15 @@ _SIGS = {
                                     ctypes.c_int),
     "capsan_handler_live": ([ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t],
                             ctypes.c_size_t),
+    "capsan_handler_leaks_since": ([ctypes.c_void_p, ctypes.c_uint64,
+                                    ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t],
+                                   ctypes.c_int),
+    "capsan_handler_live_since": ([ctypes.c_void_p, ctypes.c_uint64,
+                                   ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t],
+                                  ctypes.c_size_t),
+    "capsan_scope_live": ([ctypes.c_uint64], ctypes.c_uint64),
+    "capsan_scope_live_keys": ([ctypes.c_uint64, ctypes.POINTER(ctypes.c_uint64),
+                                ctypes.c_size_t], ctypes.c_size_t),
     "capsan_reached": ([ctypes.py_object, ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t,
                         ctypes.POINTER(ctypes.c_uint8)], ctypes.c_int),
     "capsan_now_ns": ([], ctypes.c_uint64),
@@ -269,21 +278,47 @@ def get_handler():
     return _steal(call("capsan_get_handler"))
 
 
-def handler_leaks(handler, held=()) -> int:
-    """Report the handler's live blocks as leaks, except `held` (addresses)."""
+def handler_leaks(handler, held=(), since=0) -> int:
+    """Report the handler's live blocks (allocated at or after `since`, a
+    capsan_now_ns stamp) as leaks, except `held` (addresses)."""
+    arr = (ctypes.c_uint64 * len(held))(*sorted(held)) if held else None
+    if has("capsan_handler_leaks_since"):
+        return int(call("capsan_handler_leaks_since", _ref(handler), since, arr, len(held)))
     if held:
-        arr = (ctypes.c_uint64 * len(held))(*sorted(held))
         return int(call("capsan_handler_leaks_except", _ref(handler), arr, len(held)))
     return int(call("capsan_handler_leaks", _ref(handler)))
 
 
-def handler_live(handler) -> list:
-    """The addresses of the handler's blocks still alive (what handler_leaks judges)."""
-    n = int(call("capsan_handler_live", _ref(handler), None, 0))
+def handler_live(handler, since=0) -> list:
+    """The addresses of the handler's blocks still alive, allocated at or
+    after `since` (what handler_leaks judges)."""
+    if has("capsan_handler_live_since"):
+        def live(out, n):
+            return int(call("capsan_handler_live_since", _ref(handler), since, out, n))
+    else:
+        def live(out, n):
+            return int(call("capsan_handler_live", _ref(handler), out, n))
+    n = live(None, 0)
     if not n:
         return []
     arr = (ctypes.c_uint64 * n)()
-    n = min(n, int(call("capsan_handler_live", _ref(handler), arr, n)))
+    n = min(n, live(arr, n))
+    return list(arr[:n])
+
+
+def scope_live(since_ns: int) -> int:
+    """How many live objects the runtime knows whose latest event came at or
+    after since_ns: 0 when a scope that began then has nothing to judge."""
+    return int(call("capsan_scope_live", since_ns))
+
+
+def scope_live_keys(since_ns: int) -> list:
+    """The NumPy block and DLPack tensor addresses among them, sorted."""
+    n = int(call("capsan_scope_live_keys", since_ns, None, 0))
+    if not n:
+        return []
+    arr = (ctypes.c_uint64 * n)()
+    n = min(n, int(call("capsan_scope_live_keys", since_ns, arr, n)))
     return list(arr[:n])
 
 

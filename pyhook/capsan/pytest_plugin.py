@@ -11,7 +11,7 @@
 A traced test:
 - setup, call and teardown are one attribution window: every finding the
   runtime reports in it (any kind, any thread) belongs to this test;
-- the call runs under a fresh tracing NumPy handler; after teardown (a
+- the call runs under capsan's tracing NumPy handler; after teardown (a
   function-scoped fixture may hold the test's arrays until then) and a
   gc.collect(), the blocks the call allocated and still alive are
   numpy-leak findings (not judged when the test itself failed: its
@@ -26,6 +26,39 @@ writes them as JSON.
 
 Loading the plugin does not start the runtime: that happens with --capsan,
 or at the first traced test.
+
+Cost. Every event costs what it costs under `capsan run` (the runtime is
+the same); on top, a traced test pays only for what its verdict needs:
+- every test: a few calls into the runtime (the findings cursor, the
+  handler installed and restored) and one count of the NumPy blocks, DLPack
+  tensors and Arrow structs still alive whose latest event came in the
+  call or later (capsan_scope_live: a walk of the runtime's table and of
+  each thread's young objects, no allocation). Zero -- the usual case --
+  ends the verdict there: nothing the test made can leak, and no
+  collection could change that;
+- something still alive: gc.collect(1), the young generations (a test's
+  own garbage cycles, such as an exception's traceback and its frames,
+  are young), and the count again;
+- still alive, and all of it NumPy blocks and DLPack tensors: the roots
+  walk (capsan/reach.py) for them, which stops at the last one it finds.
+  When it finds them all (a test whose instance or class keeps its
+  arrays), they are held and no collection could free them: that is the
+  verdict;
+- otherwise: the full gc.collect() (tens of ms on a large heap),
+  the scope's DLPack and Arrow check (a scan of memory, only when a tensor
+  the call consumed or a struct it moved is unreleased), and the roots walk
+  for the handler's blocks of this call (the whole heap when one is not
+  reachable: a leak). `roots=False` goes this way directly;
+- one tracing handler serves test after test as long as nothing but the
+  plugin holds it when the next call starts (the runtime tells a call's
+  blocks by time). An array of its blocks still alive, or a context that
+  captured it (an asyncio task, contextvars.copy_context()), retires it
+  and the next call gets a new one: nothing made through an earlier test's
+  handler is ever judged as a later test's. (A new handler for every test
+  costs about 5% more CPU time on numpy's test_numeric.py: each is another
+  handler the runtime knows, and another address every free() of the
+  process checks for good.)
+bench/plugin_cost.py measures the ratios to a plain run and to `capsan run`.
 """
 from __future__ import annotations
 
@@ -127,9 +160,44 @@ def _wanted(item, st):
 
 
 def _note_outside(st, capsan):
-    if not st.enabled or st.last_end is None:
+    if not st.enabled or st.last_end is None or capsan.findings_count() <= st.last_end:
         return
     st.outside += capsan.findings(st.last_end)
+
+
+class _Handler:
+    """The tracing handler the traced tests' calls share. A call's blocks
+    are the ones allocated through it during its window (the runtime
+    filters by time), so one handler can serve one test after another, as
+    long as nothing but this holds it when the next call starts: an array
+    made through it (a held or leaked block) or a context that captured it
+    (an asyncio task, contextvars.copy_context()) could allocate through it
+    later, and a new handler keeps what they make out of later verdicts.
+    Each new handler stays known to the runtime while it lives, and its
+    address in the filter every free() reads for good."""
+
+    def __init__(self):
+        self.h = None
+        self.inner = None
+        self.alone = 0  # sys.getrefcount(self.h) when only this holds it
+
+    def take(self):
+        """The handler for a call, wrapping numpy's current handler; None
+        without numpy (Trace then installs none)."""
+        from . import _lib
+        from .tracing import _numpy_available
+        if not _numpy_available():
+            return None
+        cur = _lib.get_handler()
+        if self.h is not None and cur is self.inner and sys.getrefcount(self.h) == self.alone:
+            return self.h
+        self.h = _lib.handler_new(cur)
+        self.inner = cur
+        self.alone = sys.getrefcount(self.h)
+        return self.h
+
+
+_HANDLER = pytest.StashKey()
 
 
 # ---- the per-test window ---------------------------------------------------
@@ -174,7 +242,8 @@ def pytest_runtest_call(item):
     if ts is None:
         yield
         return
-    ts.trace._open()
+    handler = item.config.stash.setdefault(_HANDLER, _Handler())
+    ts.trace._open(handler.take())
     try:
         outcome = yield
     finally:

@@ -28,6 +28,34 @@ def _numpy_available() -> bool:
     return True
 
 
+def _left_alive(since) -> bool:
+    """Whether a NumPy block, DLPack tensor or Arrow struct that the scope
+    begun at `since` made or touched is still alive, after the cheap
+    collection of the young generations if need be (most of a scope's
+    garbage cycles are young: an exception's traceback and its frames).
+    Only then can gc.collect() and the verdicts find anything: a full
+    collection costs about the heap's size (tens of ms under pytest)."""
+    if not _lib.scope_live(since):
+        return False
+    gc.collect(1)
+    return bool(_lib.scope_live(since))
+
+
+def _all_held(since, skip_frames) -> bool:
+    """Whether Python's roots reach everything the scope left alive (all of
+    it NumPy blocks and DLPack tensors): no collection can free what they
+    reach, and what they reach is held, not leaked, so the verdict is known
+    without the full collection (a test whose instance or class keeps its
+    arrays). The walk stops at the last one it finds."""
+    if not _lib.has("capsan_scope_live_keys"):
+        return False
+    keys = _lib.scope_live_keys(since)
+    if not keys or len(keys) != _lib.scope_live(since):
+        return False  # an Arrow struct, or a change meanwhile: the full way
+    from .reach import reached_blocks
+    return len(reached_blocks(keys, skip_frames)) == len(keys)
+
+
 class Trace:
     """What `capsan.trace()` returns: a context manager and a decorator.
 
@@ -36,8 +64,10 @@ class Trace:
     context (this thread, this asyncio task; tasks created inside inherit
     it, threads started inside do not: under `capsan run` those are tracked
     globally). On exit -- also when an exception escapes -- the previous
-    handler is restored, `gc.collect()` runs, the blocks allocated through
-    the tracing handler and still alive become `numpy-leak` findings, and
+    handler is restored, `gc.collect()` runs (only when something the
+    scope made or touched is still alive: otherwise there is nothing to
+    judge), the blocks allocated through the tracing handler and still
+    alive become `numpy-leak` findings, and
     every finding the runtime reported while the scope was open (any kind,
     any thread: DLPack findings too) is collected into `findings`.
 
@@ -89,8 +119,10 @@ class Trace:
             self.assert_clean()
         return False
 
-    def _open(self):
-        """Install a fresh tracing handler for the current context."""
+    def _open(self, handler=None):
+        """Install a fresh tracing handler for the current context (or
+        `handler`, one from _lib.handler_new that served earlier scopes:
+        only the blocks it allocates from now on are this scope's)."""
         # idempotent; the pytest plugin imports capsan without starting it
         if not exchange.start() and _lib.stopped():
             raise RuntimeError("capsan.trace(): capsan was stopped (capsan.stop()) and does not "
@@ -99,7 +131,7 @@ class Trace:
         since = _lib.now_ns() if _lib.has("capsan_now_ns") else 0
         h = prev = None
         if _numpy_available():
-            h = _lib.handler_new(self.inner)
+            h = handler if handler is not None else _lib.handler_new(self.inner)
             prev = _lib.set_handler(h)
         with self._lock:
             self._scopes.append((h, prev, cursor, since))
@@ -117,26 +149,39 @@ class Trace:
         return h, cursor
 
     def _judge(self, h, skip_frames=()):
-        """gc.collect(), then every block `h` allocated and still alive is a
-        numpy-leak (only while the runtime records: after capsan.stop()
-        frees are no longer seen), unless `roots` and Python's roots reach
-        it (skip_frames are no roots)."""
+        """gc.collect(), then every block `h` allocated in the scope and
+        still alive is a numpy-leak (only while the runtime records: after
+        capsan.stop() frees are no longer seen), unless `roots` and Python's
+        roots reach it (skip_frames are no roots). When nothing the scope
+        made or touched is alive any more, nothing can be judged: the
+        collection and the rest are skipped."""
         if not (self.leaks and _lib.active()):
             return
+        since = getattr(self, "_since", None)
+        if since and _lib.has("capsan_scope_live"):
+            if not _left_alive(since):
+                return
+            if self.roots and _all_held(since, skip_frames):
+                # a tensor the scope consumed is then referenced: the scan
+                # finds it, as it would after a collection
+                if _lib.has("capsan_scope_dlpack_leaks"):
+                    _lib.scope_dlpack_leaks(since)
+                return
         gc.collect()
         # tensors consumed in the scope and referenced nowhere any more
         # first: the NumPy buffers they keep alive are their indirect part
-        since = getattr(self, "_since", None)
         if since and _lib.has("capsan_scope_dlpack_leaks"):
             _lib.scope_dlpack_leaks(since)
         if h is not None:
             held = ()
             if self.roots and _lib.has("capsan_handler_live"):
                 from .reach import reached_blocks
-                held = reached_blocks(_lib.handler_live(h), skip_frames)
-            _lib.handler_leaks(h, held)
+                held = reached_blocks(_lib.handler_live(h, since or 0), skip_frames)
+            _lib.handler_leaks(h, held, since or 0)
 
     def _collect(self, cursor):
+        if _lib.findings_count() <= cursor:
+            return  # nothing reported since: no JSON to make and parse
         new = parse(_lib.findings_json(cursor))
         with self._lock:
             for i, f in enumerate(new):

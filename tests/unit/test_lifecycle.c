@@ -299,12 +299,12 @@ static void test_numpy_blocks(void)
     cs_lc_event(lc, &a4);
     cs_lc_event(lc, &a5);
     uint64_t *live;
-    size_t nlive = cs_lc_live_from(lc, CS_NS_NUMPY, 0xAA, &live);
+    size_t nlive = cs_lc_live_from(lc, CS_NS_NUMPY, 0xAA, 0, &live);
     CHECK(nlive == 2 && live[0] == 0x5000 && live[1] == 0x7000, "the handler's live blocks, sorted");
     free(live);
     /* 0x5000 is still referred to by a Python object: held, not judged */
     const uint64_t held[] = {0x5000};
-    CHECK(cs_lc_report_live(lc, CS_NS_NUMPY, 0xAA, held, 1) == 1, "scope leak by handler");
+    CHECK(cs_lc_report_live(lc, CS_NS_NUMPY, 0xAA, 0, held, 1) == 1, "scope leak by handler");
     CHECK(got[ngot - 1].kind == CS_KIND_NUMPY_LEAK && got[ngot - 1].bytes == 16, "numpy-leak");
     cs_lc_finish(lc, CS_END_EXIT);
     /* at exit a held block that is still alive is a leak like any other */
@@ -313,6 +313,38 @@ static void test_numpy_blocks(void)
     for (int i = 3; i < ngot; i++)
         b32 += got[i].bytes == 32, b16 += got[i].bytes == 16;
     CHECK(b32 == 1 && b16 == 0, "the scope's leak not reported twice");
+    cs_lc_destroy(lc);
+}
+
+/* An API scope that began at time 10: what it may still have to judge
+ * (cs_lc_touched_since), and a handler that served an earlier scope too
+ * (since_ns in cs_lc_live_from / cs_lc_report_live) */
+static void test_scope_since(void)
+{
+    cs_lifecycle *lc = fresh(0);
+    cs_event old = {.kind = CS_EV_NP_ALLOC, .obj = 0x5000, .a = 8, .c = 0xAA, .time_ns = 5};
+    cs_event gone = {.kind = CS_EV_NP_ALLOC, .obj = 0x6000, .a = 8, .c = 0xAA, .time_ns = 6};
+    cs_event gone_f = {.kind = CS_EV_NP_FREE, .obj = 0x6000, .c = 0xAA, .time_ns = 11};
+    cs_lc_event(lc, &old);
+    cs_lc_event(lc, &gone);
+    cs_lc_event(lc, &gone_f);
+    cs_event exp = {.kind = CS_EV_EXPORT, .obj = MT, .a = CAP, .c = 64, .time_ns = 1};
+    cs_lc_event(lc, &exp); /* made before the scope */
+    CHECK(cs_lc_touched_since(lc, 10) == 0, "nothing alive was made or touched since 10");
+    CHECK(cs_lc_touched_since(lc, 0) == 2, "the old block and the tensor are alive");
+    cs_event con = {.kind = CS_EV_CONSUME, .obj = MT, .a = CAP, .time_ns = 12};
+    cs_lc_event(lc, &con);
+    CHECK(cs_lc_touched_since(lc, 10) == 1, "an old tensor consumed in the scope is the scope's");
+    cs_event fresh_blk = {.kind = CS_EV_NP_ALLOC, .obj = 0x7000, .a = 16, .c = 0xAA, .time_ns = 13};
+    cs_lc_event(lc, &fresh_blk);
+    CHECK(cs_lc_touched_since(lc, 10) == 2, "and so is a block made in it");
+    uint64_t *live;
+    size_t n = cs_lc_live_from(lc, CS_NS_NUMPY, 0xAA, 10, &live);
+    CHECK(n == 1 && live[0] == 0x7000, "the handler's blocks of this scope only");
+    free(live);
+    CHECK(cs_lc_report_live(lc, CS_NS_NUMPY, 0xAA, 10, NULL, 0) == 1 && ngot == 1 &&
+              got[0].bytes == 16, "the scope's block is its leak, the earlier one is not");
+    CHECK(cs_lc_touched_since(lc, 10) == 1, "a reported leak is judged");
     cs_lc_destroy(lc);
 }
 
@@ -487,6 +519,7 @@ int main(void)
     test_null_deleter_never_leaks();
     test_reconsume();
     test_numpy_blocks();
+    test_scope_since();
     test_numpy_cached_blocks();
     test_tombstones_are_bounded();
     test_kind_names();
