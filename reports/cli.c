@@ -1,5 +1,6 @@
 /* build/bin/capsan: `run` (start a program with the runtime preloaded),
- * `report` (report.c: replay and render traces), `help-options`. */
+ * `report` (report.c: replay and render traces), `symbolize` (symcmd.c),
+ * `help-options`. */
 #include <errno.h>
 #include <limits.h>
 #include <signal.h>
@@ -51,7 +52,11 @@ const char cs_usage_text[] =
     "       capsan report [--format text|json|html] [-o OUT] [--suppressions FILE]\n"
     "                     [--max-findings N] [--gen-suppressions] TRACE...\n"
     "         replay trace files (also truncated ones) and render their findings, one\n"
-    "         section per process, children after their parents\n"
+    "         section per process, children after their parents; also the file of\n"
+    "         pytest --capsan --capsan-report=PATH, each finding under its test\n"
+    "       capsan symbolize\n"
+    "         read MODULE<TAB>OFFSET[<TAB>BUILD_ID] lines (OFFSET in hex) on standard\n"
+    "         input; write for each a JSON array of the frames there, inlined calls first\n"
     "       capsan help-options\n"
     "         list every CAPSAN_OPTIONS key with its default\n"
     "       capsan --help, capsan --version\n";
@@ -424,6 +429,8 @@ int main(int argc, char **argv)
         return cs_cmd_report(argc - 2, argv + 2);
     if (strcmp(cmd, "help-options") == 0)
         return help_options();
+    if (strcmp(cmd, "symbolize") == 0)
+        return cs_cmd_symbolize(argc - 2, argv + 2);
     if (strcmp(cmd, "--version") == 0 || strcmp(cmd, "version") == 0) {
         printf("capsan %s\n", CAPSAN_VERSION);
         return 0;

@@ -14,6 +14,7 @@ void cs_usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2), n
 char *cs_flag_value(int argc, char **argv, int *i, const char *flag);
 
 int cs_cmd_report(int argc, char **argv);
+int cs_cmd_symbolize(int argc, char **argv);
 /* `capsan report --format text PATH`, written to out (capsan run prints a
  * killed child's report on stderr: the child could not). Returns 1 if the
  * trace was unreadable or damaged. */
