@@ -205,6 +205,13 @@ static void json_event(cs_out *o, const cs_proc_info *p, const cs_event *ev, con
         else
             cs_outf(o, "null,");
     }
+    /* the event as recorded (tracefmt.h's cs_event), so that `capsan
+     * report` can render a saved report (the pytest plugin's) with the
+     * same words as a trace */
+    cs_outf(o, " \"record\": {\"kind\": %u, \"aux\": %u, \"obj\": \"0x%llx\", \"a\": \"0x%llx\", "
+            "\"b\": \"0x%llx\", \"c\": \"0x%llx\", \"extra\": %u},", ev->kind, ev->aux,
+            (unsigned long long)ev->obj, (unsigned long long)ev->a, (unsigned long long)ev->b,
+            (unsigned long long)ev->c, ev->extra);
     cs_outf(o, " \"stack\": [");
     cs_frame_info frames[JSON_MAX_FRAMES];
     int n = src ? cs_stack_frames(src, ev->stack, frames, JSON_MAX_FRAMES) : 0;
@@ -228,8 +235,9 @@ void cs_json_finding(cs_json *j, const cs_proc_info *p, const cs_finding *f,
     cs_json_string(o, cs_finding_message(f, msg, sizeof msg));
     cs_outf(o, ", \"object\": {\"type\": ");
     str_or_empty(o, cs_finding_object_type(f));
-    cs_outf(o, ", \"address\": \"0x%llx\"}, \"bytes\": %llu, \"detail\": %u,",
-            (unsigned long long)f->obj, (unsigned long long)f->bytes, f->detail);
+    cs_outf(o, ", \"address\": \"0x%llx\"}, \"bytes\": %llu, \"detail\": %u, "
+            "\"value\": \"0x%llx\",", (unsigned long long)f->obj, (unsigned long long)f->bytes,
+            f->detail, (unsigned long long)f->value);
     /* a double delete names the finding that made its first release wrong */
     if (f->kind == CS_KIND_DLPACK_DOUBLE_DELETE && f->detail) {
         cs_outf(o, " \"cause\": ");
@@ -261,6 +269,8 @@ void cs_json_finding(cs_json *j, const cs_proc_info *p, const cs_finding *f,
         }
         cs_outf(o, "]");
     }
+    if (j->finding_extra)
+        j->finding_extra(j->extra_ud, o);
     cs_outf(o, "}");
     j->nfind++;
 }

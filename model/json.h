@@ -15,6 +15,10 @@ typedef struct cs_json {
     cs_out *o;
     unsigned nproc;           /* processes written so far */
     unsigned nfind;           /* findings written in the current process */
+    /* more members of the finding being written, after the others (the
+     * report tool's pytest reports: its test); set after cs_json_begin */
+    void (*finding_extra)(void *ud, cs_out *o);
+    void *extra_ud;
 } cs_json;
 
 typedef struct cs_json_proc {

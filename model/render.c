@@ -183,7 +183,7 @@ static void render_frame(cs_out *o, int k, const cs_frame_info *f)
         cs_outf(o, "+0x%llx)", (unsigned long long)f->offset);
         if (f->build_id) {
             out_str(o, " (BuildId: ");
-            out_str(o, f->build_id);
+            out_name(o, f->build_id); /* a saved report's is read from a file */
             out_str(o, ")");
         }
     } else {

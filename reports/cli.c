@@ -1,5 +1,6 @@
 /* build/bin/capsan: `run` (start a program with the runtime preloaded),
- * `report` (report.c: replay and render traces), `help-options`. */
+ * `report` (report.c: replay and render traces), `symbolize` (symcmd.c),
+ * `help-options`. */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -14,6 +15,7 @@
 #include <unistd.h>
 
 #include "report.h"
+#include "symcmd.h"
 #include "usage.h"
 #include "options.h"
 #include "runsummary.h"
@@ -419,6 +421,8 @@ int main(int argc, char **argv)
         return cs_cmd_report(argc - 2, argv + 2);
     if (strcmp(cmd, "help-options") == 0)
         return help_options();
+    if (strcmp(cmd, "symbolize") == 0)
+        return cs_cmd_symbolize(argc - 2, argv + 2);
     if (strcmp(cmd, "--version") == 0 || strcmp(cmd, "version") == 0) {
         printf("capsan %s\n", CAPSAN_VERSION);
         return 0;

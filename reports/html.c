@@ -401,7 +401,7 @@ void cs_html_process_begin(cs_html *h, const cs_html_proc *p)
         human_time(d, sizeof d, (double)(p->end_time_ns - pi->start_mono_ns));
         bodyf(h, "<dt>ran for</dt><dd>%s</dd>", d);
     }
-    bodyf(h, "<dt>trace</dt><dd><code>");
+    bodyf(h, "<dt>%s</dt><dd><code>", p->saved ? "pytest report" : "trace");
     T(p->trace);
     bodyf(h, "</code></dd></dl>\n");
     if (p->error) {
@@ -409,7 +409,8 @@ void cs_html_process_begin(cs_html *h, const cs_html_proc *p)
         T(p->error);
         bodyf(h, "</p>\n");
     }
-    plot(h, p);
+    if (!p->saved)
+        plot(h, p);
     bodyf(h, "<div class=\"findings\">\n");
     h->nproc++;
 }
@@ -616,6 +617,13 @@ void cs_html_leak_group(cs_html *h, const cs_leak_group *g, const cs_stack_sourc
     card(h, &g->first, src, g->count, g->bytes, g->ind_count, g->ind_bytes);
 }
 
+void cs_html_heading(cs_html *h, const char *text)
+{
+    bodyf(h, "<h3 class=\"test\">");
+    T(text);
+    bodyf(h, "</h3>\n");
+}
+
 void cs_html_omitted(cs_html *h, unsigned n, long max_findings)
 {
     if (n)
@@ -665,6 +673,7 @@ static const char css[] =
     "header.top h1{margin:0;font-size:20px}header.top p{margin:4px 0 0;color:#c9d1dc}"
     "main{padding:8px 24px 40px;max-width:1200px}"
     "h2{font-size:17px;margin:22px 0 8px}h2 small{font-weight:normal;color:#555}"
+    "h3.test{font-size:14px;margin:16px 0 6px;font-family:monospace}"
     "table.summary{border-collapse:collapse;background:#fff;width:100%;font-size:13px}"
     ".summary th,.summary td{border:1px solid #d5dbe3;padding:4px 8px;text-align:left;"
     "vertical-align:top}"

@@ -37,6 +37,7 @@ typedef struct cs_html_proc {
     int depth;                /* in the process tree */
     uint64_t data_end;        /* where reading stopped */
     int truncated;            /* no END record */
+    int saved;                /* a pytest report, not a trace: no series to plot */
     /* COUNTS series (reader.h) */
     const cs_rec_counts *counts;
     size_t ncounts;
@@ -51,6 +52,8 @@ void cs_html_finding(cs_html *h, const cs_finding *f, const cs_stack_source *src
  * count and bytes, as the text report groups them. */
 struct cs_leak_group;
 void cs_html_leak_group(cs_html *h, const struct cs_leak_group *g, const cs_stack_source *src);
+/* A heading over the findings that follow (a pytest report's test) */
+void cs_html_heading(cs_html *h, const char *text);
 /* findings not shown (max_findings) */
 void cs_html_omitted(cs_html *h, unsigned n, long max_findings);
 void cs_html_process_end(cs_html *h, const cs_summary *s);

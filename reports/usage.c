@@ -25,10 +25,15 @@ const char cs_usage_text[] =
     "       capsan report [--format text|json|html] [-o OUT] [--suppressions FILE]\n"
     "                     [--max-findings N] [--gen-suppressions] TRACE...\n"
     "         replay trace files (also truncated ones) and render their findings, one\n"
-    "         section per process, children after their parents\n"
+    "         section per process, children after their parents; also the file of\n"
+    "         pytest --capsan --capsan-report=PATH, each finding under its test\n"
+    "       capsan symbolize\n"
+    "         read MODULE<TAB>OFFSET[<TAB>BUILD_ID] lines (OFFSET in hex) on standard\n"
+    "         input; write for each a JSON array of the frames there, inlined calls first\n"
     "       capsan help-options\n"
     "         list every CAPSAN_OPTIONS key with its default\n"
     "       capsan --help, capsan --version\n";
+
 
 char *cs_flag_value(int argc, char **argv, int *i, const char *flag)
 {

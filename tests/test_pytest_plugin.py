@@ -595,3 +595,29 @@ def test_one_handler_serves_the_tests_nothing_else_holds_it_for(tmp_path):
     assert outcomes(cp) == {"test_leak_after_all": "failed"}, cp.describe
     assert re.search(rf"test_shared.py::test_leak_after_all: numpy-leak x1 at test_shared.py:"
                      rf"{marker_line(path, 'shared-leak')}\b", cp.stdout), cp.describe
+
+
+TENSOR_LEAK = '''
+import dlconsumer as C
+import dlproducer as P
+
+
+def test_tensor_leaks():
+    C.consume_leak(P.good(4))  # <-- tensor-leak
+
+
+def test_tensor_released():
+    C.consume_good(P.good(4))
+'''
+
+
+def test_a_tensor_a_test_leaks_fails_it(tmp_path):
+    """A DLPack tensor a test consumed and never released, with no NumPy
+    block left alive beside it: the test fails with dlpack-leak at its line
+    (the plugin's cheap path must not let a list of the scope's keys, freed
+    but not cleared, pass for a reference to the tensor)."""
+    path = write_tests(tmp_path, TENSOR_LEAK, "test_tensor.py")
+    cp = pytest_run(tmp_path, ["--capsan", "-p", "no:randomly", path.name])
+    assert outcomes(cp) == {"test_tensor_leaks": "failed"}, cp.describe
+    assert re.search(rf"test_tensor.py::test_tensor_leaks: dlpack-leak x1 at test_tensor.py:"
+                     rf"{marker_line(path, 'tensor-leak')}\b", cp.stdout), cp.describe

@@ -12,6 +12,7 @@
 
 #include "options.h"
 #include "capsan.h"
+#include "elfsyms.h"
 #include "json.h"
 #include "leakgroups.h"
 #include "render.h"
@@ -75,12 +76,24 @@ unsigned cs_findings_errors(void) { return atomic_load(&n_errors); }
 unsigned cs_findings_total(void) { return atomic_load(&n_total); }
 unsigned cs_findings_judged(void) { return atomic_load_explicit(&n_judged, memory_order_relaxed); }
 
-/* ---- an in-process stack source: dladdr names, good enough live; the
- * report tool symbolizes with DWARF ---- */
+/* ---- an in-process stack source: function names from each module's
+ * symbol table (static functions too: elfsyms.h), else dladdr's; file and
+ * line are the report tool's (DWARF) ---- */
 static int src_raw(void *ud, uint32_t id, uint64_t *v, int max)
 {
     (void)ud;
     return cs_stack_raw(id, v, max);
+}
+
+/* The main program's path: dladdr names it as it was run ("python3"),
+ * which neither a reader nor a symbolizer can open. */
+static char exe_path[4096];
+static pthread_once_t exe_once = PTHREAD_ONCE_INIT;
+
+static void read_exe_path(void)
+{
+    ssize_t n = readlink("/proc/self/exe", exe_path, sizeof exe_path - 1);
+    exe_path[n > 0 ? n : 0] = 0;
 }
 
 static int src_native(void *ud, uint64_t ip, cs_frame_info *out, int max)
@@ -93,9 +106,17 @@ static int src_native(void *ud, uint64_t ip, cs_frame_info *out, int max)
     out->address = ip;
     if (ip && dladdr1((void *)(uintptr_t)(ip - 1), &di, (void **)&lm, RTLD_DL_LINKMAP)) {
         out->module = di.dli_fname;
+        if (lm && !lm->l_name[0]) {
+            pthread_once(&exe_once, read_exe_path);
+            if (exe_path[0])
+                out->module = exe_path;
+        }
         /* relative to the load bias, as the offline report and addr2line */
         out->offset = ip - (lm ? (uint64_t)lm->l_addr : (uint64_t)(uintptr_t)di.dli_fbase);
-        out->function = di.dli_sname;
+        /* ip - 1: the call, not what follows it (the callee may be noreturn) */
+        const char *name =
+            lm ? cs_elfsyms_name(lm->l_name, lm->l_addr, out->offset - 1, &out->build_id) : NULL;
+        out->function = name ? name : di.dli_sname;
     }
     return 1;
 }
@@ -269,6 +290,7 @@ void cs_findings_reset_child(void)
     atomic_store(&n_total, 0);
     printed = 0;
     pthread_mutex_init(&print_mu, NULL);
+    cs_elfsyms_fork_child();
 }
 
 /* ---- the Python API's view ---- */

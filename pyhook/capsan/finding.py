@@ -41,9 +41,11 @@ def _is_library_file(path: str) -> bool:
 
 class Frame:
     """One stack frame: a Python frame (file, line, function) or a native
-    one (module, address, function and, when symbolized, file:line)."""
+    one (module, address, offset in the module, function and, once
+    symbolized, file:line)."""
 
-    __slots__ = ("python", "file", "line", "function", "module", "address", "raw")
+    __slots__ = ("python", "file", "line", "function", "module", "address", "raw",
+                 "module_path", "offset", "build_id", "inlined")
 
     def __init__(self, d: dict):
         self.raw = d
@@ -53,6 +55,10 @@ class Frame:
         self.function = d.get("function") or ""
         self.module = d.get("module") or ""
         self.address = d.get("address") or ""
+        self.module_path = d.get("module_path") or ""
+        self.offset = d.get("offset") or ""
+        self.build_id = d.get("build_id") or ""
+        self.inlined = bool(d.get("inlined"))
 
     @property
     def where(self) -> str:
@@ -64,17 +70,21 @@ class Frame:
         return f"{self.function or '?'} ({self.module or '?'})"
 
     def __str__(self) -> str:
+        """As the runtime's text renders it (model/render.c)."""
         if self.python:
             return f"{self.file or '<unknown>'}:{self.line} in {self.function or '<unknown>'}"
         s = f"{self.address or '0x0'}"
+        off = f"+{self.offset}" if self.offset else ""
         if self.function:
             s += f" in {self.function}"
             if self.file:
                 s += f" {self.file}" + (f":{self.line}" if self.line else "")
             elif self.module:
-                s += f" ({self.module})"
-        elif self.module:
-            s += f" ({self.module})"
+                s += f" ({self.module}{off})"
+        elif self.module_path or self.module:
+            s += f" ({self.module_path or self.module}{off})"
+            if self.build_id:
+                s += f" (BuildId: {self.build_id})"
         else:
             s += " (<unknown module>)"
         return s
@@ -88,7 +98,7 @@ class Event:
     "handler", "export", "consume", "delete", ...), the thread number, the
     time in ns since the process started and the stack, innermost first."""
 
-    __slots__ = ("event", "phrase", "thread", "time_ns", "flags", "stack", "raw")
+    __slots__ = ("event", "phrase", "thread", "time_ns", "flags", "stack", "raw", "named")
 
     def __init__(self, d: dict):
         self.raw = d
@@ -98,6 +108,7 @@ class Event:
         self.time_ns = int(d.get("time_ns") or 0)
         self.flags = int(d.get("flags") or 0)
         self.stack = [Frame(f) for f in d.get("stack") or []]
+        self.named = False            # add_source_lines() ran over it
 
     @property
     def python_stack(self) -> list:
@@ -139,6 +150,9 @@ class Finding:
         self.indirect = d.get("indirect") or []
         self.indirect_bytes = int(d.get("indirect_bytes") or 0)
         self.indirect_objects = int(d.get("indirect_objects") or 0)
+        first = (self.indirect[0].get("events") or [{}])[0] if self.indirect else {}
+        #: where the first of the indirect leaks was allocated
+        self.indirect_event = Event(first) if first else None
 
     @property
     def stack(self) -> list:
@@ -203,6 +217,7 @@ _RULE = "=" * 65
 def render_finding(f: Finding, pid=None, cut=None) -> str:
     """LeakSanitizer-style text. `cut(frame)`, when given, ends each stack
     at the first frame for which it is true (a harness's own frames)."""
+    add_source_lines([f])
     pid = os.getpid() if pid is None else pid
     word = "WARNING" if f.severity == "warning" else "ERROR"
     lines = [_RULE, f"=={pid}=={word}: capsan: {f.kind}: {f.message}"]
@@ -223,8 +238,7 @@ def render_finding(f: Finding, pid=None, cut=None) -> str:
     if f.indirect_objects:
         lines.append(f"Indirect leak of {f.indirect_bytes} byte(s) in {f.indirect_objects} "
                      "object(s) allocated from:")
-        first = (f.indirect[0].get("events") or [{}])[0] if f.indirect else {}
-        stack = Event(first).stack if first else []
+        stack = f.indirect_event.stack if f.indirect_event else []
         for k, fr in enumerate(stack):
             if cut is not None and k and cut(fr):
                 lines.append(f"    ... {len(stack) - k} more frame(s)")
@@ -249,5 +263,96 @@ def summary_line(findings) -> str:
 
 
 def render_text(findings, pid=None, cut=None) -> str:
+    add_source_lines(findings)
     return ("".join(render_finding(f, pid, cut) + "\n" for f in findings)
             + summary_line(findings) + "\n")
+
+
+# ---- file:line of native frames ---------------------------------------
+
+# (module path, offset, build id) -> the frames `capsan symbolize` named there
+_SOURCE = {}
+
+
+def _symbolizer():
+    """The capsan command beside the runtime (as `python -m capsan` finds it)."""
+    from . import _lib
+    if _lib.load_error is not None or not _lib.path or not os.path.isabs(_lib.path):
+        return None
+    cli = os.path.join(os.path.dirname(os.path.dirname(_lib.path)), "bin", "capsan")
+    return cli if os.access(cli, os.X_OK) else None
+
+
+def _ask(keys):
+    for key in keys:
+        _SOURCE[key] = []             # asked once, answered or not
+    cli = _symbolizer()
+    if cli is None:
+        return
+    import subprocess
+    env = dict(os.environ)
+    # the command is no Python program to trace
+    pre = [p for p in env.get("LD_PRELOAD", "").split(":") if p and "libcapsan" not in p]
+    if pre:
+        env["LD_PRELOAD"] = ":".join(pre)
+    else:
+        env.pop("LD_PRELOAD", None)
+    text = "".join(f"{path}\t{off}\t{bid}\n" for path, off, bid in keys)
+    try:
+        cp = subprocess.run([cli, "symbolize"], input=text, capture_output=True, text=True,
+                            env=env, timeout=60, errors="replace")
+    except (OSError, subprocess.SubprocessError):
+        return
+    out = cp.stdout.splitlines()
+    if cp.returncode != 0 or len(out) != len(keys):
+        return
+    for key, line in zip(keys, out):
+        try:
+            _SOURCE[key] = [d for d in json.loads(line) if isinstance(d, dict)]
+        except ValueError:
+            _SOURCE[key] = []
+
+
+def _named(fr, keys_only=False):
+    """The frames DWARF gives for a native frame, innermost first (the
+    frame itself when it has nothing to add)."""
+    if fr.python or fr.file or not fr.module_path.startswith("/") or not fr.offset:
+        return None if keys_only else [fr]
+    key = (fr.module_path, fr.offset, fr.build_id)
+    if keys_only:
+        return key
+    got = _SOURCE.get(key)
+    if not got:
+        return [fr]
+    out = []
+    for d in got:
+        raw = dict(fr.raw, function=d.get("function") or fr.function, file=d.get("file") or "",
+                   line=int(d.get("line") or 0), inlined=bool(d.get("inlined")))
+        out.append(Frame(raw))
+    return out
+
+
+def add_source_lines(findings):
+    """Give the native frames of these findings file:line, and their
+    inlined calls, where the module has DWARF: the runtime names each
+    function (its symbol table) but reads no DWARF, so this asks the
+    capsan command, out of process and once for every frame not asked
+    about before. Only text rendering calls it: a finding that is never
+    shown costs nothing."""
+    events = []
+    for f in findings:
+        events += f.events
+        if f.indirect_event is not None:
+            events.append(f.indirect_event)
+    events = [ev for ev in events if not ev.named]
+    keys = []
+    for ev in events:
+        for fr in ev.stack:
+            key = _named(fr, keys_only=True)
+            if key is not None and key not in _SOURCE and key not in keys:
+                keys.append(key)
+    if keys:
+        _ask(keys)
+    for ev in events:
+        ev.stack = [g for fr in ev.stack for g in _named(fr)]
+        ev.named = True

@@ -116,7 +116,8 @@ def pytest_addoption(parser):
     g.addoption("--capsan-allow", action="append", default=[], metavar="KIND[,KIND]",
                 help="finding kinds (globs; 'leak' = every *-leak) that fail no test")
     g.addoption("--capsan-report", default=None, metavar="PATH",
-                help="write every traced test's findings to PATH as JSON")
+                help="write every traced test's findings to PATH as JSON "
+                     "(`capsan report PATH` renders it as text, JSON or HTML)")
 
 
 @pytest.hookimpl
@@ -336,7 +337,10 @@ def pytest_sessionfinish(session):
         tests = [{"nodeid": nid, "allow": allow,
                   "findings": [dict(f.raw, allowed=matches(f.kind, allow)) for f in fs]}
                  for nid, fs, allow, _ in st.results]
-        data = {"tool": "capsan", "format": 1, "pid": os.getpid(), "tests": tests,
+        # `capsan report PATH` renders it as it renders a trace (text, JSON, HTML)
+        data = {"tool": "capsan", "format": 1, "pid": os.getpid(), "ppid": os.getppid(),
+                "argv": [sys.executable, "-m", "pytest", *sys.argv[1:]], "exe": sys.executable,
+                "status": int(session.exitstatus), "tests": tests,
                 "outside_tests": [f.raw for f in st.outside]}
         with open(st.report_path, "w") as fh:
             json.dump(data, fh, indent=1)

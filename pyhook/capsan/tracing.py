@@ -161,11 +161,12 @@ class Trace:
         if since and _lib.has("capsan_scope_live"):
             if not _left_alive(since):
                 return
+            # the tensors first, before any list of the scope's keys was
+            # made in this process: the scan is conservative, and a freed
+            # copy of a key would pass for a reference to its tensor
+            if _lib.has("capsan_scope_dlpack_leaks"):
+                _lib.scope_dlpack_leaks(since)
             if self.roots and _all_held(since, skip_frames):
-                # a tensor the scope consumed is then referenced: the scan
-                # finds it, as it would after a collection
-                if _lib.has("capsan_scope_dlpack_leaks"):
-                    _lib.scope_dlpack_leaks(since)
                 return
         gc.collect()
         # tensors consumed in the scope and referenced nowhere any more

@@ -3,7 +3,8 @@
  *
  * The input is one or more trace files back to back: a new one starts
  * wherever the "CAPSANTR" magic sits at an 8-byte aligned offset (at most
- * MAX_TRACES). An optional suppressions file may follow the line
+ * MAX_TRACES). An input without the magic is one file, which `capsan
+ * report` reads as a pytest report when it is JSON (savedreport.c). An optional suppressions file may follow the line
  * SUPP_MARK. Each trace goes into a memfd, and the whole command runs over
  * the /proc/self/fd paths, exactly as a user would run it: reader,
  * lifecycle replay, process tree, symbolizer, suppressions and every
@@ -269,7 +270,7 @@ static void check_json(const char *s, size_t n)
 /* the tags html.c writes; anything else after '<' came from a trace */
 static const char *const tags[] = {
     "!DOCTYPE html>", "html", "head", "meta", "title", "style", "script", "body", "header",
-    "h1", "h2", "p", "main", "table", "thead", "tbody", "tr", "th", "td", "a", "span", "code",
+    "h1", "h2", "h3", "p", "main", "table", "thead", "tbody", "tr", "th", "td", "a", "span", "code",
     "div", "button", "label", "input", "section", "small", "dl", "dt", "dd", "figure",
     "figcaption", "svg", "line", "text", "polyline", "circle", "title", "article", "details",
     "summary", "b", "ol", "li", "br", NULL,

@@ -10,7 +10,9 @@ of data (a trace file is 8 MiB, mostly a sparse tail) and written to
 OUTDIR/NAME.N; a few are also written truncated (in the header, in the
 middle of a record, at a record boundary), a parent and child back to back
 (the fuzz target splits its input at each trace header), and one with a
-suppressions file after the marker the target looks for.
+suppressions file after the marker the target looks for. One seed is no
+trace: the JSON report of `pytest --capsan --capsan-report=PATH`, which
+`capsan report` renders too.
 
 tests/test_sanitizers.py imports RUNS and run_one() to run a selection of
 the same scenarios under the UBSan runtime and to report their traces
@@ -183,6 +185,42 @@ def run_one(name: str, tmp: Path, *, capsan: Path = BUILD / "bin" / "capsan",
     return cp, trace_files(tmp)
 
 
+PYTEST_TESTS = (
+    "import numpy as np, pytest, dlconsumer as C, dlproducer as P, dlstatic as S, np_leaky as L\n"
+    "def test_static_leak():\n    S.ramp_total(P.good(4))\n"
+    "def test_double_delete():\n    C.double_delete(P.good(4))\n"
+    "@pytest.mark.capsan(allow=['numpy-leak'])\n"
+    "def test_allowed():\n    L.keep_forever(np.ones(10))\n"
+    "def test_clean():\n    pass\n"
+)
+
+
+def pytest_report() -> bytes | None:
+    """`pytest --capsan --capsan-report=PATH`'s file, which `capsan report`
+    reads too (savedreport.c): stacks cut to 8 frames, so that the seed
+    stays well inside the fuzzer's 64 KiB."""
+    import json
+    work = Path(tempfile.mkdtemp(prefix="capsan-seeds-pytest-"))
+    try:
+        (work / "test_seed.py").write_text(PYTEST_TESTS)
+        e = env()
+        e["CAPSAN_OPTIONS"] = f"log_path={work / 't'}:protect=1"
+        subprocess.run([PYTHON, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--capsan",
+                        f"--capsan-report={work / 'report.json'}", "test_seed.py"], env=e,
+                       cwd=work, capture_output=True, timeout=120, stdin=subprocess.DEVNULL)
+        doc = json.loads((work / "report.json").read_text())
+    except (OSError, ValueError, subprocess.SubprocessError) as ex:
+        print(f"seeds: no pytest report: {ex}", file=sys.stderr)
+        return None
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    for t in doc.get("tests", []):
+        for f in t.get("findings", []):
+            for ev in f.get("events", []):
+                ev["stack"] = ev["stack"][:8]
+    return json.dumps(doc).encode()
+
+
 def main() -> int:
     out = Path(sys.argv[1])
     out.mkdir(parents=True, exist_ok=True)
@@ -245,6 +283,9 @@ def main() -> int:
     if "leak_consumed" in made:
         put("leak_consumed.supp", made["leak_consumed"][0] + SUPP_MARK +
             b"# fuzz seed\ndlpack-leak:dl_leak.py$\nleak:^consume*\n*:libfoo.so\n")
+    report = pytest_report()
+    if report:
+        put("pytest_report.json", report)
     total = sum(p.stat().st_size for p in out.iterdir())
     print(f"seeds: {len(list(out.iterdir()))} file(s), {total} bytes in {out}", file=sys.stderr)
     return 0
