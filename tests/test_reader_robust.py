@@ -95,7 +95,7 @@ def counts(t, events=0, live_dlpack=0, live_dlpack_bytes=0, live_numpy=0, live_n
 
 
 def downsample(records, cap=2000):
-    """The reader's COUNTS downsampling (reports/reader.c), as a model: buckets of
+    """The reader's COUNTS downsampling (reports/tracecounts.c), as a model: buckets of
     `stride` records keep the latest time and the maximum of every series; when
     `cap` points are kept, neighbours merge and the stride doubles.
     records: tuples (time, events, dl, dl_bytes, np, np_bytes). Returns (points, stride)."""
