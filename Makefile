@@ -34,7 +34,7 @@ MODEL_SRC := $(wildcard model/*.c)
 # -flto: a hook, its emit, the thread's table and the stack capture live in
 # four files; inlined across them an event costs less (W1 -500 and W2 -280
 # instructions an iteration by callgrind). One partition: the asm stubs
-# (capsule.c, xapi.c) define local labels the C code refers to.
+# (capsule_dtor.c, xapi.c) define local labels the C code refers to.
 # preload/: start.c and the public capsan.h at the top, then a folder per
 # service (core, stacks, ending) and per seam (dlpack, exchange, numpy,
 # arrow); their headers are included by name, from any folder

@@ -5,7 +5,7 @@
  * its release callback, which must set release = NULL. A stream's
  * get_next / get_schema results are born owned by their caller.
  *
- * The object is capsan's record of the struct (preload/arrow/arrow.c), not its
+ * The object is capsan's record of the struct (preload/arrow/arrow_rec.c), not its
  * address: every bitwise copy carries the record, so a move keeps it.
  * States: CREATED (its capsule owns it), CONSUMED (moved out, or a
  * stream callback's result), RELEASED. */

@@ -236,7 +236,7 @@ enum cs_event_kind {
     CS_EV_ERR_STATE = 24,   /* a capsule destructor (a = capsule) or a deleter (a = 0) returned
                              * with the Python error indicator changed: aux = CS_ERRST_* */
     /* The Arrow PyCapsule interface (issue 19), kinds 25..31; obj = capsan's record of one
-     * exported struct, which every bitwise copy of the struct carries (preload/arrow/arrow.c) */
+     * exported struct, which every bitwise copy of the struct carries (preload/arrow/) */
     CS_EV_AR_EXPORT = 25,   /* a=capsule (0: a stream callback's result) b=struct
                              * c=the stream's record (a stream callback's result);
                              * aux=CS_AR_* type | CS_AR_FROM_* | CS_AR_UNFOLLOWED */

@@ -10,7 +10,8 @@
  * carries the record; each trampoline calls the producer's callback on a
  * copy of the struct with the producer's own fields restored. With
  * arrow_wrap=0 no struct is ever written: only capsules are judged.
- * capsule.c calls these for capsules whose name is an Arrow one. */
+ * The capsule hooks (capsule*.c) call these for capsules whose name is an
+ * Arrow one; the records are arrow_rec.c's, the wrapping arrow_wrap.c's. */
 #ifndef CAPSAN_ARROW_H
 #define CAPSAN_ARROW_H
 
@@ -39,7 +40,8 @@ void cs_ar_renamed(PyObject_ *cap);
  * said so), called from ret: a warning once per name and call site. */
 void cs_ar_bad_name(PyObject_ *cap, const char *name, void *ret, uint8_t gil_flags);
 
-/* capsan's own memory that holds records (for a reachability scan) */
+/* capsan's own memory that holds records (for a reachability scan;
+ * arrow_rec.c) */
 void cs_ar_own_memory(void (*fn)(void *ud, const void *p, size_t n), void *ud);
 
 #endif

@@ -1,4 +1,4 @@
-/* Capsule names, classified on every PyCapsule call (capsule.c).
+/* Capsule names, classified on every PyCapsule call (capsule*.c).
  * Most capsule traffic is not DLPack's, so this must cost next to nothing
  * and must never fault on a name that ends at the edge of a mapping. */
 #ifndef CAPSAN_NAMES_H

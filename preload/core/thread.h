@@ -20,7 +20,7 @@ typedef struct cs_thread {
                              * release of another struct inside it is not that
                              * capsule's (its address may be a dead one's) */
     void *predicted;        /* the released struct that destructor was judged
-                             * about to delete again (capsule.c), and */
+                             * about to delete again (capsule_dtor.c), and */
     void *predicted_fn;     /* the deleter that call is forwarded to */
     struct cs_stack_cache *cache;
     struct cs_young *young; /* its NumPy blocks judged on it (young.c) */

@@ -5,7 +5,7 @@
  * every data allocation ends in PyTraceMalloc_Track(389047, ptr, size) and
  * every free starts with PyTraceMalloc_Untrack(389047, ptr), even with
  * tracemalloc off (rulebook §0). Just before either, numpy reads the
- * handler with PyCapsule_GetPointer(mem_handler, "mem_handler"): capsule.c
+ * handler with PyCapsule_GetPointer(mem_handler, "mem_handler"): capsule_get.c
  * notes that handler per thread, so each block is attributed to the handler
  * that really made or freed it. */
 #include "numpy.h"
