@@ -28,6 +28,11 @@ CAPSAN_API int capsan_start(void);
  * originals. capsan_start does not start it again, and the exit has no
  * leak check (the releases after the stop are not seen). */
 CAPSAN_API void capsan_stop(void);
+/* Called, doing nothing, before each error finding is reported: a
+ * debugger's breakpoint (`break __capsan_report_error`, as ASan's
+ * __asan_report_error). With abort_on_error=1 the process then raises
+ * SIGABRT once the report is printed. */
+CAPSAN_API void __capsan_report_error(void);
 /* 1 while recording. */
 CAPSAN_API int capsan_active(void);
 /* 1 once capsan_stop stopped a recording runtime. */

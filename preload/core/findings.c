@@ -192,6 +192,14 @@ static int text_out(void)
     return 1;
 }
 
+/* A debugger's breakpoint before each error finding's report, as ASan's
+ * __asan_report_error: `break __capsan_report_error` (exported, never
+ * inlined, does nothing) */
+__attribute__((noinline, visibility("default"))) void __capsan_report_error(void)
+{
+    __asm__ volatile("" ::: "memory");
+}
+
 /* Print and count what the lifecycle found. At exit (`grouped`), leaks are
  * grouped by where they were made, as LeakSanitizer prints them. */
 static void flush(int grouped)
@@ -209,8 +217,10 @@ static void flush(int grouped)
             continue;
         }
         atomic_fetch_add(&n_total, 1);
-        if (cs_finding_severity(&pending[i]) == CS_SEV_ERROR)
+        if (cs_finding_severity(&pending[i]) == CS_SEV_ERROR) {
             atomic_fetch_add(&n_errors, 1);
+            __capsan_report_error();
+        }
         cs_summary_add(&summary, &pending[i]);
         if (nlog == caplog && caplog < LOG_MAX) {
             unsigned nc = caplog ? caplog * 2 : 64;

@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -139,13 +140,26 @@ static inline __attribute__((always_inline)) unsigned emit_judge(cs_event *ev, c
     return v;
 }
 
+/* halt_on_error ends the process with its report; abort_on_error stops it
+ * where it is, for a core dump or a debugger (the default SIGABRT: no
+ * crash report of capsan's over the finding's) */
+static __attribute__((noinline, cold)) void stop_at_error(void)
+{
+    if (cs_opt.abort_on_error) {
+        signal(SIGABRT, SIG_DFL);
+        abort();
+    }
+    if (cs_runtime_halt)
+        cs_runtime_halt();
+}
+
 static inline __attribute__((always_inline)) void emit_end(cs_thread *t, const cs_event *ev)
 {
     maybe_counts(ev->time_ns);
     cs_findings_flush();
     t->busy = 0;
-    if (cs_opt.halt_on_error && cs_findings_errors() && cs_runtime_halt)
-        cs_runtime_halt();
+    if (__builtin_expect(cs_opt.halt_on_error | cs_opt.abort_on_error, 0) && cs_findings_errors())
+        stop_at_error();
 }
 
 unsigned cs_emit(cs_event *ev, int want_stack, cs_event *origin, int *found)
