@@ -599,7 +599,7 @@ static int hook_cv_set(PyObject_ *var, PyObject_ *value)
  * learned once numpy's module is in sys.modules (under the GIL): the
  * function numpy's ndarray type names as tp_dealloc (subclasses defined in
  * Python reach it through subtype_dealloc), its bounds from its unwind
- * info (libunwind, which stack.c loaded), and in its code the calls that
+ * info (libunwind, which unwind.c loaded), and in its code the calls that
  * go through the object's GOT slot for free() (patched to hook_np_free).
  * Only the call site itself counts: frees that array_dealloc's callees
  * reach by tail calls (the dimensions' PyMem_RawFree) share its return

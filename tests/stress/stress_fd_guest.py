@@ -1,7 +1,7 @@
 """Reproducer: capsan's native unwinder uses descriptors that belong to the
 program.
 
-libunwind (dlopen'd by preload/stacks/stack.c for native stacks) validates every
+libunwind (dlopen'd by preload/stacks/unwind.c for native stacks) validates every
 address it reads during unw_step (CONSERVATIVE_CHECKS): mincore, then a
 1-byte write() of that address into a pipe it opened once, at the lowest
 free descriptors, and keeps in a static array; before each write it

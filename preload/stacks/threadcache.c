@@ -1,0 +1,44 @@
+/* The per-thread cache (stack_int.h's cs_stack_cache): made at a thread's
+ * first capture, with the bounds of its stack that the chain cache reads
+ * within, and freed with the thread (thread.c). */
+#include "stack_int.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+
+void cs_stack_cache_free(cs_stack_cache *c)
+{
+    if (!c)
+        return;
+    for (size_t i = 0; i < sizeof c->memofr / sizeof c->memofr[0]; i++)
+        free(c->memofr[i]);
+    for (int i = 0; i < PYMEMO; i++)
+        free(c->pyfr[i]);
+    free(c);
+}
+
+static void thread_stack(cs_stack_cache *c)
+{
+    pthread_attr_t a;
+    void *lo;
+    size_t sz;
+    c->stack_lo = c->stack_hi = 0;
+    if (pthread_getattr_np(pthread_self(), &a) == 0) {
+        if (pthread_attr_getstack(&a, &lo, &sz) == 0) {
+            c->stack_lo = (uintptr_t)lo;
+            c->stack_hi = (uintptr_t)lo + sz;
+        }
+        pthread_attr_destroy(&a);
+    }
+}
+
+cs_stack_cache *cache_of(cs_thread *t)
+{
+    if (!t->cache) {
+        if (!(t->cache = calloc(1, sizeof *t->cache)))
+            return NULL;
+        thread_stack(t->cache); /* stays 0..0 when unknown: no fast path */
+        t->cache->learn_credit = LEARN_MAX;
+    }
+    return t->cache;
+}
