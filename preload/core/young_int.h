@@ -87,6 +87,13 @@ void young_replay(cs_lifecycle *to, const cs_event *e, int n);
 void young_replay_released(cs_lifecycle *to, int ns, const cs_event *e, int n);
 /* n slots of a LIVE record of the thread's own in a trace file newer than
  * generation *gen (a forked child's file is another): *gen, *slots set */
+/* place i's crash-safe slot cleared, if its slots are the current trace
+ * file's (gen): its object left the table */
+static inline void young_slot_clear(cs_live_slot *slots, uint32_t gen, unsigned i)
+{
+    if (slots && gen == cs_trace_gen())
+        atomic_store_explicit((_Atomic uint64_t *)&slots[i].obj, 0, memory_order_release);
+}
 cs_live_slot *young_slots_new(uint32_t *gen, cs_live_slot **slots, uint32_t n);
 
 /* young_dl.c's part of what young.c does for every thread (y->mu held):

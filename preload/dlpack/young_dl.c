@@ -67,8 +67,7 @@ static inline cs_live_slot *slots_of(dl_young *d)
 
 static inline void clear_slot(dl_young *d, unsigned i)
 {
-    if (d->slots && d->gen == cs_trace_gen())
-        atomic_store_explicit((_Atomic uint64_t *)&d->slots[i].obj, 0, memory_order_release);
+    young_slot_clear(d->slots, d->gen, i);
 }
 
 /* a consumed tensor's data watch (dataguard.c), as the lifecycle keeps it */

@@ -62,8 +62,7 @@ static inline cs_live_slot *slots_of(young *y)
 
 static inline void clear_slot(young *y, unsigned i)
 {
-    if (y->slots && y->gen == cs_trace_gen())
-        atomic_store_explicit((_Atomic uint64_t *)&y->slots[i].obj, 0, memory_order_release);
+    young_slot_clear(y->slots, y->gen, i);
 }
 
 
