@@ -1,6 +1,6 @@
 /* The filter every free() reads first: one load tells a free() of an
  * ordinary block that no watcher cares. Below every watcher (dataguard.c's
- * consumed tensors' data, numpy.c's handler ctx, a re-export's check), so
+ * consumed tensors' data, handlers.c's handler ctx, a re-export's check), so
  * none of them depends on another through it. */
 #ifndef CAPSAN_FREEFILTER_H
 #define CAPSAN_FREEFILTER_H

@@ -42,7 +42,7 @@ typedef struct cs_pyapi {
     void (*Err_WriteUnraisable)(PyObject_ *);
     void (*IncRef)(PyObject_ *);
     void (*DecRef)(PyObject_ *);
-    /* used by numpy.c: the NEP 49 channel and numpy's API table */
+    /* used by numpy/: the NEP 49 channel and numpy's API table */
     int (*TraceMalloc_Track)(unsigned int, uintptr_t, size_t);
     int (*TraceMalloc_Untrack)(unsigned int, uintptr_t);
     PyObject_ *(*ContextVar_New)(const char *, PyObject_ *);

@@ -5,7 +5,7 @@
  * lock). The watch counts where their data starts, by 256-byte granule,
  * and keeps each start in the consumed-data index (dataindex.c): a free()
  * of a block that cannot hold a data start costs one load (freefilter.h's
- * filter, shared with numpy.c's handler ctx watch), and a block near one
+ * filter, shared with handlers.c's handler ctx watch), and a block near one
  * an index lookup. A tensor's own deleter frees its data after the tensor
  * was released, so those frees never match. */
 #include "dataguard.h"

@@ -6,7 +6,7 @@
  * The wraps go into a small direct-mapped cache keyed by the data pointer:
  * a newer wrap evicts an older one in its slot, so memory stays fixed
  * however many arrays a program makes. A wrap is never a finding by itself;
- * numpy.c looks one up only when numpy free()s memory no handler gave. */
+ * free_hooks.c looks one up only when numpy free()s memory no handler gave. */
 #include "npwrap.h"
 
 #include <stdatomic.h>

@@ -1,4 +1,5 @@
-/* NumPy data memory: the NEP 49 hooks and handler checks (numpy.c). The
+/* NumPy data memory: the NEP 49 hooks and handler checks (numpy.c,
+ * handlers.c, free_hooks.c; what they share: numpy_int.h). The
  * tracing-handler entry points are in capsan.h. */
 #ifndef CAPSAN_NUMPY_H
 #define CAPSAN_NUMPY_H
