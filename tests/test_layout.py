@@ -159,3 +159,12 @@ def test_preload_by_seam_and_service():
     assert folders == ["arrow", "core", "dlpack", "ending", "exchange", "numpy", "stacks"], folders
     for f in folders:
         assert list((pre / f).glob("*.c")), f"preload/{f}/ has no source"
+
+
+def test_files_fit_in_a_head():
+    """No source file of the runtime, the model or the report tool much over
+    700 lines (issue 32): a file that grew past it has two concerns."""
+    big = {str(p.relative_to(ROOT)): n for part in ("preload", "model", "reports")
+           for p in (ROOT / part).rglob("*.c")
+           if (n := len(p.read_text().splitlines())) > 750}
+    assert not big, f"split along their concerns: {big}"
