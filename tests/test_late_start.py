@@ -47,34 +47,33 @@ def test_stdlib_suites_after_a_late_start(tag):
     assert native["test_decimal"][0] > 300
 
 
+SUM = "print(sum(decimal.Decimal(i) / 7 for i in range(2000)))"
+
+
+def decimal_work(prelude: str) -> None:
+    """Decimal work after `prelude` in Debian's python3: it must finish with
+    the right sum (a mismatched allocator pair aborts it)."""
+    require_runtime()
+    env = base_env(interpreter=sys.executable)
+    env["PYTHONPATH"] = str(ROOT / "build" / "python")
+    res = subprocess.run(["/usr/bin/python3", "-c", f"{prelude}; {SUM}"], env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == "285571.4285714285714285714286"
+
+
 @pytest.mark.parametrize("first", ["decimal", "capsan"])
 def test_decimal_work_either_order(first):
     """The one-liner of issue 36: _decimal keeps PyMem_Free in libmpdec's
     mpd_free, set at its import; a start after it must not rewrite that
     variable back to the hook of free()."""
-    require_runtime()
     order = "import decimal; import capsan" if first == "decimal" else \
         "import capsan; import decimal"
-    code = (f"{order}; assert capsan.active(); "
-            "print(sum(decimal.Decimal(i) / 7 for i in range(2000)))")
-    env = base_env(interpreter=sys.executable)
-    env["PYTHONPATH"] = str(ROOT / "build" / "python")
-    res = subprocess.run(["/usr/bin/python3", "-c", code], env=env, capture_output=True,
-                         text=True, timeout=120)
-    assert res.returncode == 0, res.stderr
-    assert res.stdout.strip() == "285571.4285714285714285714286"
+    decimal_work(f"{order}; assert capsan.active()")
 
 
 def test_stop_keeps_what_the_program_wrote():
     """capsan.stop() restores the slots it wrote, but not a data slot the
     program wrote since: _decimal imported after the start sets mpd_free
     itself, and the restore must not put free() back there."""
-    require_runtime()
-    code = ("import capsan, decimal; capsan.stop(); "
-            "print(sum(decimal.Decimal(i) / 7 for i in range(2000)))")
-    env = base_env(interpreter=sys.executable)
-    env["PYTHONPATH"] = str(ROOT / "build" / "python")
-    res = subprocess.run(["/usr/bin/python3", "-c", code], env=env, capture_output=True,
-                         text=True, timeout=120)
-    assert res.returncode == 0, res.stderr
-    assert res.stdout.strip() == "285571.4285714285714285714286"
+    decimal_work("import capsan, decimal; capsan.stop()")
