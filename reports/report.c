@@ -16,6 +16,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <fcntl.h>
+#include <glob.h>
 #include <unistd.h>
 
 #include "report.h"
@@ -24,6 +25,7 @@
 #include "util.h"
 #include "html.h"
 #include "json.h"
+#include "sarif.h"
 #include "leakgroups.h"
 #include "suppress.h"
 #include "symbolize.h"
@@ -101,9 +103,33 @@ static void check_output(const char *outpath, const entry *ents, size_t n)
         close(fd);
 }
 
+/* `capsan report` alone: the traces the default log_path left in the
+ * current directory, in name order (glob sorts them). The names live to
+ * the end of the command. */
+static size_t traces_here(entry **ents)
+{
+    static glob_t g;
+    *ents = NULL;
+    if (glob("capsan.trace.[0-9]*", 0, NULL, &g) != 0)
+        return 0;
+    size_t n = 0;
+    *ents = cs_xcalloc(g.gl_pathc + 1, sizeof **ents);
+    for (size_t i = 0; i < g.gl_pathc; i++) {
+        /* capsan.trace.PID only, not the .json or .html made beside it */
+        if (strspn(g.gl_pathv[i] + 13, "0123456789") != strlen(g.gl_pathv[i] + 13))
+            continue;
+        (*ents)[n].path = g.gl_pathv[i];
+        (*ents)[n].argi = n;
+        n++;
+    }
+    if (n)
+        fprintf(stderr, "capsan: reporting the %zu trace file(s) in the current directory\n", n);
+    return n;
+}
+
 int cs_cmd_report(int argc, char **argv)
 {
-    int format = FMT_TEXT, gen = 0;
+    int format = FMT_TEXT, gen = 0, sarif = 0;
     long max_flag = -1;
     const char *outpath = NULL, *supppath = NULL;
     entry *ents = cs_xcalloc((size_t)argc + 1, sizeof *ents);
@@ -134,8 +160,10 @@ int cs_cmd_report(int argc, char **argv)
                 format = FMT_JSON;
             else if (strcmp(v, "html") == 0)
                 format = FMT_HTML;
+            else if (strcmp(v, "sarif") == 0)
+                format = FMT_JSON, sarif = 1; /* the JSON report, rewritten at the end */
             else
-                cs_usage_error("report: unknown format '%s' (text, json or html)", v);
+                cs_usage_error("report: unknown format '%s' (text, json, html or sarif)", v);
         } else if (strcmp(a, "-o") == 0) {
             if (!*(outpath = cs_flag_value(argc, argv, &i, "-o")))
                 cs_usage_error("report: -o needs a file name");
@@ -158,8 +186,13 @@ int cs_cmd_report(int argc, char **argv)
             cs_usage_error("report: unknown flag '%s'", a);
         }
     }
+    if (!n) {
+        free(ents);
+        n = traces_here(&ents);
+    }
     if (!n)
-        cs_usage_error("report: no trace files given (capsan report [flags] TRACE...)");
+        cs_usage_error("report: no trace files given, and no capsan.trace.* in the current "
+                       "directory (capsan report [flags] TRACE...)");
     n = drop_repeats(ents, n);
     if (gen)
         format = FMT_SUPP;
@@ -186,8 +219,14 @@ int cs_cmd_report(int argc, char **argv)
                            outpath, dir);
         cs_usage_error("report: cannot write the report to %s: %s", outpath, strerror(e));
     }
+    /* SARIF is written from the finished JSON report (sarif.h) */
+    char *sarif_buf = NULL;
+    size_t sarif_len = 0;
+    FILE *sink = out;
+    if (sarif && !(sink = open_memstream(&sarif_buf, &sarif_len)))
+        cs_usage_error("report: out of memory");
     cs_out o = {
-        .write = file_write, .ud = out,
+        .write = file_write, .ud = sink,
         .color = !outpath && format == FMT_TEXT && isatty(fileno(stdout)) && !getenv("NO_COLOR"),
     };
     c.out = &o;
@@ -228,6 +267,15 @@ int cs_cmd_report(int argc, char **argv)
     switch (format) {
     case FMT_JSON:
         cs_json_end(&c.json);
+        if (sarif) {
+            char err[300];
+            fclose(sink);
+            sink = out;
+            if (cs_sarif_write(out, sarif_buf, sarif_len, err, sizeof err) != 0) {
+                fprintf(stderr, "capsan: writing SARIF failed: %s\n", err);
+                rc = 1;
+            }
+        }
         break;
     case FMT_HTML:
         if (cs_html_end(c.html) != 0) {
@@ -247,6 +295,9 @@ int cs_cmd_report(int argc, char **argv)
     }
 
 done:
+    if (sink != out)
+        fclose(sink);
+    free(sarif_buf);
     if (fflush(out) != 0 || ferror(out)) {
         fprintf(stderr, "capsan: writing %s failed: %s\n", outpath ? outpath : "the report",
                 strerror(errno));
