@@ -256,7 +256,7 @@ def one_run(job):
     argv = [py, script, *job["args"], str(iters * job["per_iter"])]
     if kind in ("capsan", "floor"):
         env["LD_PRELOAD"] = LIB if kind == "capsan" else FLOOR_LIB
-        env["CAPSAN_OPTIONS"] = f"log_path={d}/t:exitcode=0" + (":" + opt if opt else "")
+        env["CAPSAN_OPTIONS"] = f"log_path={d}/t:keep_trace=always:exitcode=0" + (":" + opt if opt else "")
     elif kind == "memray":
         argv = [mpy, "-m", "memray", "run", "-q", "-f", "-o", os.path.join(d, "memray.bin"),
                 *opt, script, *job["args"], str(iters * job["per_iter"])]

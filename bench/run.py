@@ -97,7 +97,7 @@ def measure(label, argv, configs, inner=False):
             if opts is not None:
                 env["LD_PRELOAD"] = LIB
                 # a finding is named below, but does not stop the measurement
-                env["CAPSAN_OPTIONS"] = f"log_path={tmp}/t:exitcode=0:" + opts
+                env["CAPSAN_OPTIONS"] = f"log_path={tmp}/t:keep_trace=always:exitcode=0:" + opts
             times[name].append(timed(argv, env, inner, notes[name]))
     w, c, _, _ = ratios(times, "plain", "plain")
     what = "loop" if inner else "process"
@@ -254,7 +254,7 @@ def numpy_alloc():
                 env.pop("PYTHONTRACEMALLOC", None)
                 if opts is not None:
                     env["LD_PRELOAD"] = LIB
-                    env["CAPSAN_OPTIONS"] = f"log_path={tmp}/t:" + opts
+                    env["CAPSAN_OPTIONS"] = f"log_path={tmp}/t:keep_trace=always:" + opts
                 times[name].append(timed([PY, *xopts, script, n], env, True))
     finally:
         subprocess.run(["rm", "-rf", tmp])

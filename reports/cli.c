@@ -19,6 +19,7 @@
 #include "usage.h"
 #include "options.h"
 #include "runsummary.h"
+#include "tracename.h"
 #include "seal.h"
 #include "suppress.h"
 
@@ -172,11 +173,15 @@ static void check_env_options(const char *s)
  * create them once the program runs (and then runs it without a trace).
  * Refuse a log_path whose directory is missing or not writable, and one
  * that names a directory (it is a prefix: DIR/ would make hidden DIR/.PID
- * files). */
+ * files). A %p goes in the file's name: the run finds its traces by it. */
 static void check_log_path(const char *lp)
 {
     struct stat st;
     char dir[PATH_MAX];
+    const char *pp = strstr(lp, "%p"), *last = strrchr(lp, '/');
+    if (pp && last && pp < last)
+        cs_usage_error("run: log_path '%s': %%p may only be in the file name, not in a "
+                       "directory", lp);
     if (stat(lp, &st) == 0 && S_ISDIR(st.st_mode)) {
         size_t n = strlen(lp);
         while (n > 1 && lp[n - 1] == '/')
@@ -256,6 +261,8 @@ static int cmd_run(int argc, char **argv)
             kv_set(&flags, "protect=1", 9);
         } else if (strcmp(a, "--halt-on-error") == 0) {
             kv_set(&flags, "halt_on_error=1", 15);
+        } else if (strcmp(a, "--keep-trace") == 0) {
+            kv_set(&flags, "keep_trace=always", 17);
         } else if (strncmp(a, "--options", 9) == 0 && (a[9] == 0 || a[9] == '=')) {
             kv_parse(&flags, cs_flag_value(argc, argv, &i, "--options"), 1);
         } else {
@@ -278,6 +285,11 @@ static int cmd_run(int argc, char **argv)
     kv_parse(&opts, getenv("CAPSAN_OPTIONS"), 0);
     for (size_t k = 0; k < flags.n; k++)
         kv_set(&opts, flags.v[k].text, strlen(flags.v[k].text));
+    /* every process keeps its trace for the run's summary; the run then
+     * removes the clean ones itself, unless asked to keep them */
+    const char *keep = kv_get(&opts, "keep_trace");
+    int keep_all = keep && !strcmp(keep, "always");
+    kv_set(&opts, "keep_trace=always", 17);
     size_t total = 1;
     for (size_t k = 0; k < opts.n; k++)
         total += strlen(opts.v[k].text) + 1;
@@ -300,7 +312,9 @@ static int cmd_run(int argc, char **argv)
     const char *log_path = kv_get(&opts, "log_path");
     if (!log_path || !*log_path)
         log_path = cs_option_default("log_path");
-    check_log_path(log_path);
+    int no_trace = cs_log_path_none(log_path);
+    if (!no_trace)
+        check_log_path(log_path);
     check_suppressions(kv_get(&opts, "suppressions"));
 
     /* ours first, keeping whatever the user preloads */
@@ -374,9 +388,9 @@ static int cmd_run(int argc, char **argv)
         rc = EXIT_INTERNAL;
     } else if (WIFSIGNALED(status)) {
         int sig = WTERMSIG(status);
-        char trace[PATH_MAX + 32];
-        snprintf(trace, sizeof trace, "%s.%d", log_path, (int)pid);
-        if (access(trace, F_OK) == 0) {
+        char trace[PATH_MAX + 32] = "";
+        if (cs_trace_name(trace, sizeof trace, log_path, (long)pid) == 0 &&
+            access(trace, F_OK) == 0) {
             /* no handler saw it (SIGKILL): the trace gets the END that says so */
             char why[600];
             int sealed = cs_trace_seal(trace, (long)pid, sig, why, sizeof why);
@@ -385,6 +399,9 @@ static int cmd_run(int argc, char **argv)
             else if (sealed > 0) /* its report, as it would have printed at exit */
                 cs_report_text_one(trace, stderr);
             fprintf(stderr, "capsan: %s killed by signal %d; trace: %s\n", cmd[0], sig, trace);
+        } else if (no_trace) {
+            fprintf(stderr, "capsan: %s killed by signal %d (log_path=%s: no trace)\n", cmd[0],
+                    sig, log_path);
         } else /* a child that recorded nothing, or one whose file could not be made */
             fprintf(stderr, "capsan: %s killed by signal %d; it left no trace (%s: %s)\n",
                     cmd[0], sig, trace, strerror(errno));
@@ -393,8 +410,10 @@ static int cmd_run(int argc, char **argv)
         rc = WIFEXITED(status) ? WEXITSTATUS(status) : EXIT_INTERNAL;
     } else {
         rc = WIFEXITED(status) ? WEXITSTATUS(status) : EXIT_INTERNAL;
-        cs_run_summary(log_path, (uint64_t)run_start.tv_sec * 1000000000ull +
-                                     (uint64_t)run_start.tv_nsec, stderr, report_unended, NULL);
+        if (!no_trace) /* else each process printed its own findings */
+            cs_run_summary(log_path, (uint64_t)run_start.tv_sec * 1000000000ull +
+                                         (uint64_t)run_start.tv_nsec, stderr, report_unended,
+                           NULL, !keep_all);
     }
     kv_free(&opts);
     kv_free(&flags);

@@ -7,18 +7,8 @@
 #include <string.h>
 
 #include "reader.h"
-
-/* name is base.PID */
-static int is_trace_name(const char *name, const char *base)
-{
-    size_t n = strlen(base);
-    if (strncmp(name, base, n) != 0 || name[n] != '.' || !name[n + 1])
-        return 0;
-    for (const char *p = name + n + 1; *p; p++)
-        if (*p < '0' || *p > '9')
-            return 0;
-    return 1;
-}
+#include "tracename.h"
+#include <unistd.h>
 
 typedef struct unended_trace {
     char *path;
@@ -31,8 +21,19 @@ static int by_pid(const void *a, const void *b)
     return (x->pid > y->pid) - (x->pid < y->pid);
 }
 
+/* list[n] = a copy of path (dropped when out of memory: then kept) */
+static size_t add_path(char ***list, size_t n, const char *path)
+{
+    char **v = realloc(*list, (n + 1) * sizeof *v);
+    if (!v)
+        return n;
+    *list = v;
+    return (v[n] = strdup(path)) ? n + 1 : n;
+}
+
 int cs_run_summary(const char *log_path, uint64_t since_realtime_ns, FILE *out,
-                   void (*unended)(const char *path, long pid, void *ud), void *ud)
+                   void (*unended)(const char *path, long pid, void *ud), void *ud,
+                   int remove_clean)
 {
     char dir[PATH_MAX];
     const char *slash = strrchr(log_path, '/');
@@ -47,10 +48,11 @@ int cs_run_summary(const char *log_path, uint64_t since_realtime_ns, FILE *out,
     uint64_t tensors = 0, blocks = 0, arrow = 0, events = 0;
     int clean = 1;
     unended_trace *un = NULL;
-    size_t nun = 0;
+    size_t nun = 0, nrm = 0;
+    char **rm = NULL;
     struct dirent *de;
     while ((de = readdir(d))) {
-        if (!is_trace_name(de->d_name, base))
+        if (cs_trace_name_pid(de->d_name, base) < 0)
             continue;
         char path[PATH_MAX + 256], err[512];
         snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
@@ -66,8 +68,11 @@ int cs_run_summary(const char *log_path, uint64_t since_realtime_ns, FILE *out,
         } else if (t->hdr.start_realtime_ns >= since_realtime_ns) {
             procs++;
             /* found something: its own report said so at its exit */
-            if (t->end.findings || t->error)
+            int clean_one = !t->end.findings && !t->error;
+            if (!clean_one)
                 clean = 0;
+            else if (remove_clean)
+                nrm = add_path(&rm, nrm, path);
             tensors += t->end.tensors;
             blocks += t->end.blocks;
             arrow += t->end.arrow; /* 0 in an older END */
@@ -77,6 +82,12 @@ int cs_run_summary(const char *log_path, uint64_t since_realtime_ns, FILE *out,
         cs_trace_close(t);
     }
     closedir(d);
+    /* after the reader let go of them (the counts are taken) */
+    for (size_t i = 0; i < nrm; i++) {
+        unlink(rm[i]);
+        free(rm[i]);
+    }
+    free(rm);
     if (nun)
         qsort(un, nun, sizeof *un, by_pid);
     for (size_t i = 0; i < nun; i++) {

@@ -19,7 +19,7 @@ void cs_usage_error(const char *fmt, ...)
 
 const char cs_usage_text[] =
     "usage: capsan run [--log-path P] [--exitcode N] [--protect] [--halt-on-error]\n"
-    "                  [--options K=V:K=V...] [--] CMD ARGS...\n"
+    "                  [--keep-trace] [--options K=V:K=V...] [--] CMD ARGS...\n"
     "         run CMD with the capsan runtime preloaded (its forks and exec'ed children\n"
     "         too, each writing its own trace); its report is printed at exit\n"
     "       capsan report [--format text|json|html|sarif] [-o OUT] [--suppressions FILE]\n"

@@ -233,13 +233,14 @@ def run_capsan(script, tmp: Path, *, options=None, interpreter=STATIC_PY, mode: 
     e = base_env(env, interpreter)
     argv = [str(interpreter), str(script), *map(str, args)]
     if mode == "run":
-        cmd = [str(CAPSAN), "run", "--log-path", str(prefix), "--", *argv]
+        # every trace is kept: tests read clean runs' traces too
+        cmd = [str(CAPSAN), "run", "--keep-trace", "--log-path", str(prefix), "--", *argv]
         if opts:
             e["CAPSAN_OPTIONS"] = ":".join(opts)
     elif mode == "preload":
         cmd = argv
         e["LD_PRELOAD"] = str(lib or LIBCAPSAN)
-        e["CAPSAN_OPTIONS"] = ":".join([f"log_path={prefix}", *opts])
+        e["CAPSAN_OPTIONS"] = ":".join([f"log_path={prefix}", "keep_trace=always", *opts])
     else:
         raise ValueError(mode)
     cp = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=e,

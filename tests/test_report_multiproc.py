@@ -92,7 +92,8 @@ class Run:
         self.script = tmp / "mp_prog.py"
         self.script.write_text(SCRIPT)
         env = base_env({"CAPSAN_OPTIONS": "protect=1"})
-        self.cmd = [str(CAPSAN), "run", "--log-path", str(tmp / "t"), "--", str(STATIC_PY),
+        self.cmd = [str(CAPSAN), "run", "--keep-trace", "--log-path", str(tmp / "t"), "--",
+                    str(STATIC_PY),
                     str(self.script), method]
         self.proc = subprocess.Popen(self.cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                      env=env, cwd=tmp, preexec_fn=no_core, stdin=subprocess.DEVNULL)

@@ -1,5 +1,6 @@
 /* Trace file writer (see tracefile.h and reports/FORMAT.md). */
 #include "tracefile.h"
+#include "tracename.h"
 #include "spin.h"
 
 #include <emmintrin.h>
@@ -192,7 +193,12 @@ static int map_chunk(uint32_t k) { return map_chunk_as(k, 1); }
  * file is open) */
 static int open_file(int crash)
 {
-    snprintf(path, sizeof path, "%s.%d", prefix, (int)getpid());
+    if (cs_trace_name(path, sizeof path, prefix, (long)getpid()) != 0) {
+        /* log_path=/dev/null or stderr: no file, by request (tracename.h) */
+        if (!crash && !cs_log_path_none(prefix))
+            dprintf(2, "capsan: log_path %s is too long; tracing to disk is off\n", prefix);
+        return -1;
+    }
     /* as the crash report names it: the program may chdir before it dies */
     if (path[0] != '/' && getcwd(abs_path, sizeof abs_path - sizeof path - 1))
         strcat(abs_path, "/");

@@ -7,6 +7,7 @@
  * and buffers that are static, since one thread at a time writes the
  * report. */
 #include "crash.h"
+#include "tracename.h"
 
 #include <dlfcn.h>
 #include <fcntl.h>
@@ -435,6 +436,8 @@ static void report(int sig, const siginfo_t *si, const ucontext_t *uc)
         out_put(" report ", 8);
         out_word(tp);
         out_put("\n", 1);
+    } else if (cs_log_path_none(cs_opt.log_path)) {
+        outf("==%d==capsan: no trace file (log_path=%s)\n", pid, cs_opt.log_path);
     } else if (cs_trace_failed()) {
         outf("==%d==capsan: no trace: capsan could not create its trace file (log_path=%s)\n", pid,
              cs_opt.log_path);

@@ -261,6 +261,20 @@ static void held_by_running_threads(void)
     free(reached);
 }
 
+/* keep_trace=findings: a process that ended normally with nothing to say
+ * leaves nothing behind, as a sanitizer's log. A halt has a finding; a
+ * crash or a kill never comes here, and its trace is its verdict. */
+static void remove_clean_trace(int how)
+{
+    if (strcmp(cs_opt.keep_trace, "findings") != 0 || cs_findings_total() ||
+        !(how == CS_END_EXIT || how == CS_END_QUICK_EXIT || how == CS_END_STOPPED_EXIT ||
+          how == CS_END_API_EXIT))
+        return;
+    const char *tp = cs_trace_abs_path(); /* the program may have changed directory */
+    if (*tp)
+        unlink(tp);
+}
+
 void cs_ending_stopped(void) { atomic_store(&stopped, 1); }
 int capsan_stopped(void) { return atomic_load(&stopped); }
 
@@ -334,6 +348,7 @@ int cs_ending_finish(int how, int status)
             json_report();
     }
     cs_trace_close();
+    remove_clean_trace(how);
     if (t)
         t->busy = 0;
     return final;
