@@ -268,17 +268,36 @@ static int has_prefix(const char *s, const char *p)
     return s && strncmp(s, p, strlen(p)) == 0;
 }
 
-/* A library everyone's stacks go through: naming it would suppress far
- * more than the one finding. */
-static int system_path(const char *path)
+static const char *base_name(const char *path)
 {
-    if (!path || !*path)
-        return 1;
-    return has_prefix(path, "/usr/") || has_prefix(path, "/lib") || has_prefix(path, "/bin/") ||
-           has_prefix(path, "/sbin/") || has_prefix(path, "/opt/conda") ||
-           has_prefix(path, "/proc/") || path[0] == '<' ||  /* <frozen ...>, <string> */
-           strstr(path, "/site-packages/") || strstr(path, "/dist-packages/") ||
-           strstr(path, "libcapsan") || strstr(path, "/lib/python3");
+    const char *slash = path ? strrchr(path, '/') : NULL;
+    return slash ? slash + 1 : path ? path : "";
+}
+
+/* Frames every stack goes through: the interpreter (python3.11, libpython),
+ * the standard library, capsan's own. Naming one suppresses everything. */
+static int infrastructure(const cs_frame_info *fr)
+{
+    if (fr->python) {
+        const char *f = fr->file;
+        return !f || !*f || f[0] == '<' || /* <frozen ...>, <string> */
+               (strstr(f, "/lib/python3") && !strstr(f, "-packages/")) ||
+               strstr(f, "/capsan/");
+    }
+    const char *b = base_name(fr->module);
+    return !*b || has_prefix(b, "python") || has_prefix(b, "libpython") ||
+           has_prefix(b, "libcapsan") || has_prefix(b, "libc.so") || has_prefix(b, "ld-linux") ||
+           has_prefix(b, "libstdc++") || has_prefix(b, "libgcc_s");
+}
+
+/* Not the program's own: an installed library (site-packages, the
+ * system's trees). Shared by every program that uses it, so a frame of
+ * the program's own comes first when there is one. */
+static int installed(const cs_frame_info *fr)
+{
+    const char *p = fr->python ? fr->file : fr->module;
+    return !p || strstr(p, "/site-packages/") || strstr(p, "/dist-packages/") ||
+           has_prefix(p, "/usr/") || has_prefix(p, "/lib") || has_prefix(p, "/opt/conda");
 }
 
 /* copy s into the pattern, turning what the suppression syntax would read
@@ -289,6 +308,28 @@ static size_t put_pattern(char *buf, size_t n, size_t at, const char *s)
         unsigned char c = (unsigned char)*s;
         buf[at++] = (c == '#' || c < 0x20 || c == 0x7f || c == '^' || c == '$') ? '*' : (char)c;
     }
+    buf[at < n ? at : n - 1] = 0;
+    return at;
+}
+
+/* The pattern for one frame: a function by its whole name (^name$: the
+ * most specific pattern that still matches every occurrence), else the
+ * file or module by its last component (/name$: wherever the program is
+ * checked out). A Python frame's <module> or <lambda> names nothing. */
+static size_t frame_pattern(const cs_frame_info *fr, char *buf, size_t n, size_t at)
+{
+    const char *fn = fr->function;
+    if (fn && *fn && fn[0] != '<' && !(fr->python && strchr(fn, '<'))) {
+        if (at + 1 < n)
+            buf[at++] = '^';
+        at = put_pattern(buf, n, at, fn);
+    } else {
+        const char *path = fr->python ? fr->file : fr->module;
+        at = put_pattern(buf, n, at, "/");
+        at = put_pattern(buf, n, at, base_name(path));
+    }
+    if (at + 1 < n)
+        buf[at++] = '$';
     buf[at < n ? at : n - 1] = 0;
     return at;
 }
@@ -304,50 +345,22 @@ size_t cs_supp_generate(const cs_finding *f, const cs_stack_source *src, char *b
     const cs_event *ev = &f->events[is_leak_kind(f->kind) ? 0 : nev - 1];
     cs_frame_info frames[SUPP_MAX_FRAMES];
     int nf = cs_stack_frames(src, ev->stack, frames, SUPP_MAX_FRAMES);
-    const char *name = NULL;
-    int file = 0;
-    /* 1: a native function of the program's own code */
-    for (int k = 0; k < nf && !name; k++)
-        if (!frames[k].python && frames[k].function && !system_path(frames[k].module))
-            name = frames[k].function;
-    /* 2: the program's own Python file */
-    for (int k = 0; k < nf && !name; k++)
-        if (frames[k].python && frames[k].file && !system_path(frames[k].file)) {
-            name = frames[k].file;
-            file = 1;
+    /* the innermost frame that is the program's own, else the innermost
+     * that is not the interpreter's, the standard library's or capsan's */
+    const cs_frame_info *pick = NULL;
+    for (int pass = 0; pass < 2 && !pick; pass++)
+        for (int k = 0; k < nf && !pick; k++) {
+            const cs_frame_info *fr = &frames[k];
+            int named = fr->python ? fr->file && *fr->file
+                                   : (fr->function && *fr->function) ||
+                                         (fr->module && *fr->module);
+            if (named && !infrastructure(fr) && (pass || !installed(fr)))
+                pick = fr;
         }
-    /* 3: anything with a name, 4: a module */
-    for (int k = 0; k < nf && !name; k++) {
-        if (frames[k].python && frames[k].file) {
-            name = frames[k].file;
-            file = 1;
-        } else if (!frames[k].python && frames[k].function) {
-            name = frames[k].function;
-        }
-    }
-    for (int k = 0; k < nf && !name; k++)
-        if (!frames[k].python && frames[k].module && *frames[k].module) {
-            name = frames[k].module;
-            file = 1;
-        }
-    if (!name || !*name)
+    if (!pick)
         return 0;
-    const char *kind = cs_kind_name(f->kind);
-    size_t at = put_pattern(buf, n, 0, kind);
+    size_t at = put_pattern(buf, n, 0, cs_kind_name(f->kind));
     at = put_pattern(buf, n, at, ":");
-    if (file) {
-        /* a path: its last component, anchored at the end, so that the line
-         * works wherever the program is checked out */
-        const char *slash = strrchr(name, '/');
-        at = put_pattern(buf, n, at, slash ? "/" : "");
-        if (!slash && at + 1 < n)
-            buf[at++] = '^';
-        at = put_pattern(buf, n, at, slash ? slash + 1 : name);
-        if (at + 1 < n)
-            buf[at++] = '$';
-        buf[at < n ? at : n - 1] = 0;
-    } else {
-        at = put_pattern(buf, n, at, name);
-    }
+    at = frame_pattern(pick, buf, n, at);
     return at < n ? at : n - 1;
 }

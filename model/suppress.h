@@ -24,13 +24,14 @@ int cs_supp_match(cs_suppressions *s, const cs_finding *f, const cs_stack_source
 void cs_supp_render_used(const cs_suppressions *s, cs_out *o);
 
 /* A suppression line for f, ready to paste (--gen-suppressions):
- * KIND:pattern naming the innermost meaningful frame of the event that
- * matters (a leak's first event, the last event of any other finding):
- * a native function outside the system and site-packages trees, else the
- * program's own Python file, else the innermost named frame of any kind,
- * else the module. Writes nothing and returns 0 when the finding has no
- * stack to name; else returns the length written (cut to n - 1). Does not
- * allocate: the runtime may use it too. */
+ * KIND:pattern naming one frame of the event that matters (a leak's
+ * first event, the last event of any other finding): the innermost frame
+ * of the program's own (not an installed library's), else the innermost
+ * that is not the interpreter's, the standard library's or capsan's. A
+ * function is written whole and anchored (^name$), a file or module by
+ * its last component (/name$). Writes nothing and returns 0 when the
+ * finding has no stack to name; else returns the length written (cut to
+ * n - 1). Does not allocate: the runtime may use it too. */
 size_t cs_supp_generate(const cs_finding *f, const cs_stack_source *src, char *buf, size_t n);
 
 /* pattern match as described above, exposed for tests */

@@ -44,12 +44,24 @@ static query parse(cs_pathsym *ps, char *line)
     return q;
 }
 
+/* one field of a --tsv line: tabs and line breaks would split it */
+static void tsv_field(const char *s)
+{
+    for (; s && *s; s++)
+        fputc(*s == '\t' || *s == '\n' || *s == '\r' ? ' ' : *s, stdout);
+}
+
 int cs_cmd_symbolize(int argc, char **argv)
 {
+    int tsv = 0;
     for (int i = 0; i < argc; i++) {
         if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
             fputs(cs_usage_text, stdout);
             return 0;
+        }
+        if (strcmp(argv[i], "--tsv") == 0) {
+            tsv = 1;
+            continue;
         }
         cs_usage_error("symbolize: unknown argument '%s' (it reads standard input)", argv[i]);
     }
@@ -73,6 +85,16 @@ int cs_cmd_symbolize(int argc, char **argv)
     for (size_t i = 0; i < n; i++) {
         cs_frame_info fr[MAX_INLINE];
         int k = cs_pathsym_native(ps, qs[i].module, qs[i].offset, fr, MAX_INLINE);
+        if (tsv) { /* the runtime's form (no JSON reader there): a line a frame, then "" */
+            for (int j = 0; j < k; j++) {
+                tsv_field(fr[j].function);
+                fputc('\t', stdout);
+                tsv_field(fr[j].file);
+                printf("\t%u\t%d\n", fr[j].line, fr[j].inlined);
+            }
+            fputc('\n', stdout);
+            continue;
+        }
         fputc('[', stdout);
         for (int j = 0; j < k; j++) {
             cs_outf(&o, "%s{\"function\": ", j ? ", " : "");

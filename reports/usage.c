@@ -28,9 +28,10 @@ const char cs_usage_text[] =
     "         section per process, children after their parents; also the file of\n"
     "         pytest --capsan --capsan-report=PATH, each finding under its test; with\n"
     "         no TRACE, the capsan.trace.PID files in the current directory\n"
-    "       capsan symbolize\n"
+    "       capsan symbolize [--tsv]\n"
     "         read MODULE<TAB>OFFSET[<TAB>BUILD_ID] lines (OFFSET in hex) on standard\n"
     "         input; write for each a JSON array of the frames there, inlined calls first\n"
+    "         (--tsv: FUNCTION<TAB>FILE<TAB>LINE<TAB>INLINED lines, an empty line after each)\n"
     "       capsan help-options\n"
     "         list every CAPSAN_OPTIONS key with its default\n"
     "       capsan --help, capsan --version\n";

@@ -200,13 +200,14 @@ def test_gen_suppressions_round_trip(tmp_path, synth):
     r = report("--gen-suppressions", synth[0], synth[1])
     assert r.returncode == 0, r.stderr
     lines = [l for l in r.stdout.splitlines() if l and not l.startswith("#")]
-    # the innermost named frame of the event that matters: a leak's first event,
-    # the last event of anything else; Python files by their last component
-    # exit-time leaks in the order their objects were made (exports, then the alloc)
-    assert lines == ["dlpack-double-delete:/x.py$",
-                     "dlpack-leak:/b>&amp;.py$",      # /work/<b>bold</b>&amp;.py
+    # the innermost frame of the program's own in the event that matters (a
+    # leak's first event, the last event of anything else): a function whole
+    # and anchored, else its file or module by the last component; exit-time
+    # leaks in the order their objects were made (exports, then the alloc)
+    assert lines == ["dlpack-double-delete:/<lib>&.so$",   # an unnamed native frame: its module
+                     "dlpack-leak:/b>&amp;.py$",      # /work/<b>bold</b>&amp;.py, at <module>
                      "numpy-leak:/b>&amp;.py$",
-                     "dlpack-double-delete:/child.py$"], r.stdout
+                     "dlpack-double-delete:^work$"], r.stdout     # child.py's work()
     assert "# 5 finding(s), 4 distinct line(s)" in r.stdout
     supp = tmp_path / "gen.supp"
     supp.write_text(r.stdout)

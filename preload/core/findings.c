@@ -13,6 +13,7 @@
 #include "options.h"
 #include "capsan.h"
 #include "elfsyms.h"
+#include "outsym.h"
 #include "json.h"
 #include "leakgroups.h"
 #include "render.h"
@@ -129,6 +130,51 @@ static int src_code(void *ud, uint32_t id, const char **file, const char **name)
 
 static const cs_stack_source live_src = {NULL, src_raw, src_native, src_code};
 
+/* ---- suppressions: the report's names, so that a file gives the same
+ * result live as in `capsan report` ---- */
+
+/* a first pass that only collects the native addresses to symbolize */
+static int want_native(void *ud, uint64_t ip, cs_frame_info *out, int max)
+{
+    int n = src_native(NULL, ip, out, max);
+    cs_outsym_want(ud, ip, out->module, out->offset);
+    return n;
+}
+
+static int sym_native(void *ud, uint64_t ip, cs_frame_info *out, int max)
+{
+    int n = cs_outsym_frames(ud, ip, out, max);
+    return n ? n : src_native(NULL, ip, out, max);
+}
+
+/* sup[i] = pending[i] is suppressed. A rule that names a source file or
+ * an inlined function matches only with the report's DWARF names: those
+ * are asked of `capsan symbolize`, once for every finding the runtime's
+ * own names left unmatched (outsym.h). */
+static void suppressed(const cs_finding *fs, unsigned n, unsigned char *sup)
+{
+    unsigned left = 0;
+    for (unsigned i = 0; i < n; i++)
+        left += !(sup[i] = (unsigned char)cs_supp_match(supp, &fs[i], &live_src));
+    cs_outsym *os = left ? cs_outsym_new() : NULL;
+    if (!os)
+        return;
+    cs_stack_source want = {os, src_raw, want_native, src_code};
+    for (unsigned i = 0; i < n; i++) {
+        int nev = fs[i].nevents < CS_FINDING_MAX_EVENTS ? fs[i].nevents : CS_FINDING_MAX_EVENTS;
+        for (int e = 0; !sup[i] && e < nev; e++) {
+            cs_frame_info frames[64];
+            cs_stack_frames(&want, fs[i].events[e].stack, frames, 64);
+        }
+    }
+    cs_stack_source sym = {os, src_raw, sym_native, src_code};
+    if (cs_outsym_run(os) == 0)
+        for (unsigned i = 0; i < n; i++)
+            if (!sup[i])
+                sup[i] = (unsigned char)cs_supp_match(supp, &fs[i], &sym);
+    cs_outsym_free(os);
+}
+
 static void out_fd(void *ud, const char *s, size_t n)
 {
     (void)ud;
@@ -211,8 +257,11 @@ static void flush(int grouped)
     cs_proc_info p = proc_info();
     cs_leak_groups groups = {0};
     pthread_mutex_lock(&print_mu);
+    unsigned char *sup = supp ? calloc(cs_findings_npending, 1) : NULL;
+    if (sup)
+        suppressed(pending, cs_findings_npending, sup);
     for (unsigned i = 0; i < cs_findings_npending; i++) {
-        if (supp && cs_supp_match(supp, &pending[i], &live_src)) {
+        if (supp && (sup ? sup[i] : cs_supp_match(supp, &pending[i], &live_src))) {
             summary.suppressed++;
             continue;
         }
@@ -252,6 +301,7 @@ static void flush(int grouped)
     }
     free(v);
     cs_lg_free(&groups);
+    free(sup);
     pthread_mutex_unlock(&print_mu);
     cs_findings_npending = 0;
 }

@@ -1,9 +1,12 @@
-/* Loading the bundled libunwind by path (libpath.h). */
+/* What the runtime finds beside itself (libpath.h): the bundled
+ * libunwind, the report tool. */
 #include "libpath.h"
 
 #include <dlfcn.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -21,4 +24,26 @@ void *cs_libunwind_open(int mode)
             return dlopen(path, mode); /* never the system's beside it */
     }
     return dlopen("libunwind.so.8", mode);
+}
+
+static char cli[PATH_MAX];
+static pthread_once_t cli_once = PTHREAD_ONCE_INIT;
+
+static void find_cli(void)
+{
+    Dl_info di;
+    char p[PATH_MAX + 32];
+    if (!dladdr((void *)find_cli, &di) || !di.dli_fname)
+        return;
+    const char *slash = strrchr(di.dli_fname, '/');
+    snprintf(p, sizeof p, "%.*s/../bin/capsan", slash ? (int)(slash - di.dli_fname) : 1,
+             slash ? di.dli_fname : ".");
+    if (!realpath(p, cli) || access(cli, X_OK) != 0)
+        cli[0] = 0;
+}
+
+const char *cs_cli_path(void)
+{
+    pthread_once(&cli_once, find_cli);
+    return cli;
 }
