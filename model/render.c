@@ -55,6 +55,19 @@ static void out_name(cs_out *o, const char *s)
         cs_out_char(o, (unsigned char)*s);
 }
 
+static char strip_prefix[256];
+
+void cs_render_strip_prefix(const char *prefix)
+{
+    snprintf(strip_prefix, sizeof strip_prefix, "%s", prefix ? prefix : "");
+}
+
+static const char *stripped(const char *path)
+{
+    const char *at = strip_prefix[0] && path ? strstr(path, strip_prefix) : NULL;
+    return at && at[strlen(strip_prefix)] ? at + strlen(strip_prefix) : path;
+}
+
 static const char *base_name(const char *path)
 {
     const char *s = path ? strrchr(path, '/') : NULL;
@@ -154,7 +167,7 @@ static void render_frame(cs_out *o, int k, const cs_frame_info *f)
 {
     if (f->python) {
         cs_outf(o, "    #%d ", k);
-        out_name(o, f->file ? f->file : "<unknown>");
+        out_name(o, f->file ? stripped(f->file) : "<unknown>");
         if (f->line)
             cs_outf(o, ":%u", f->line);
         out_str(o, " in ");
@@ -168,7 +181,7 @@ static void render_frame(cs_out *o, int k, const cs_frame_info *f)
         out_name(o, f->function);
         if (f->file) {
             out_str(o, " ");
-            out_name(o, f->file);
+            out_name(o, stripped(f->file));
             if (f->line)
                 cs_outf(o, ":%u", f->line);
         } else if (f->module) {
@@ -179,7 +192,7 @@ static void render_frame(cs_out *o, int k, const cs_frame_info *f)
     } else if (f->module) {
         /* the full path and build id let offline tools finish the job */
         out_str(o, " (");
-        out_name(o, f->module);
+        out_name(o, stripped(f->module));
         cs_outf(o, "+0x%llx)", (unsigned long long)f->offset);
         if (f->build_id) {
             out_str(o, " (BuildId: ");
@@ -368,5 +381,26 @@ void cs_render_text_summary(cs_out *o, const cs_proc_info *p, const cs_summary *
     out_str(o, ".");
     if (s->suppressed)
         cs_outf(o, " %u suppressed.", s->suppressed);
+    if (s->first[0]) {
+        out_str(o, " First: ");
+        out_name(o, s->first);
+        out_str(o, ".");
+    }
     out_str(o, "\n");
+}
+
+void cs_summary_locate(cs_summary *s, const cs_finding *f, const cs_stack_source *src)
+{
+    if (s->first[0] || cs_finding_severity(f) != CS_SEV_ERROR || !src)
+        return;
+    int nev = f->nevents < CS_FINDING_MAX_EVENTS ? f->nevents : CS_FINDING_MAX_EVENTS;
+    for (int e = nev - 1; e >= 0; e--) {
+        cs_frame_info fr;
+        if (!cs_stack_python_top(src, f->events[e].stack, &fr) || !fr.file)
+            continue;
+        snprintf(s->first, sizeof s->first, "%s at %s:%u in %s", cs_kind_name(f->kind),
+                 stripped(fr.file), fr.line, fr.function ? fr.function : "<unknown>");
+        return;
+    }
+    snprintf(s->first, sizeof s->first, "%s", cs_kind_name(f->kind));
 }

@@ -103,6 +103,7 @@ int cs_kind_is_grouped(int kind);
 
 typedef struct cs_summary {
     unsigned errors, warnings, suppressed;
+    char first[320];           /* the first error's kind and Python file:line, as SUMMARY ends */
     uint64_t leaked_bytes;
     unsigned leak_objects;
     uint64_t indirect_bytes;   /* kept alive only by the leaks above */
@@ -112,6 +113,14 @@ typedef struct cs_summary {
 } cs_summary;
 
 void cs_summary_add(cs_summary *s, const cs_finding *f);
+/* Remember where the first error happened (its latest event's innermost
+ * Python frame), for the SUMMARY line, as ASan's names its first frame. */
+void cs_summary_locate(cs_summary *s, const cs_finding *f, const cs_stack_source *src);
+
+/* strip_path_prefix: file and module paths in text reports lose
+ * everything up to and including the first occurrence of prefix ("" or
+ * NULL: none), as the sanitizers' option of that name. */
+void cs_render_strip_prefix(const char *prefix);
 /* "SUMMARY: capsan: 2 errors (dlpack-double-delete: 1, ...), 1 warning; 800 bytes leaked in 1 object" */
 void cs_render_text_summary(cs_out *o, const cs_proc_info *p, const cs_summary *s);
 

@@ -49,6 +49,7 @@ typedef struct cs_trace {
     char *options;            /* CS_REC_OPTIONS, or NULL */
     long opt_max_findings;    /* max_findings in OPTIONS, -1 if absent */
     char *opt_suppressions;   /* suppressions in OPTIONS, NULL if absent or empty */
+    char *opt_strip_prefix;   /* strip_path_prefix in OPTIONS, NULL if absent or empty */
 
     cs_module_rec *modules;   /* in file order */
     size_t nmodules;

@@ -131,7 +131,7 @@ int cs_cmd_report(int argc, char **argv)
 {
     int format = FMT_TEXT, gen = 0, sarif = 0;
     long max_flag = -1;
-    const char *outpath = NULL, *supppath = NULL;
+    const char *outpath = NULL, *supppath = NULL, *strip = NULL;
     entry *ents = cs_xcalloc((size_t)argc + 1, sizeof *ents);
     size_t n = 0;
     int rest = 0;
@@ -180,6 +180,8 @@ int cs_cmd_report(int argc, char **argv)
             max_flag = strtol(v, &end, 10);
             if (!*v || *end || errno || max_flag < 0)
                 cs_usage_error("report: --max-findings wants a number >= 0 (0: all), got '%s'", v);
+        } else if (strncmp(a, "--strip-path-prefix", 19) == 0 && (a[19] == 0 || a[19] == '=')) {
+            strip = cs_flag_value(argc, argv, &i, "--strip-path-prefix");
         } else if (strcmp(a, "--gen-suppressions") == 0) {
             gen = 1;
         } else {
@@ -197,7 +199,7 @@ int cs_cmd_report(int argc, char **argv)
     if (gen)
         format = FMT_SUPP;
 
-    report_ctx c = { .format = format, .max_flag = max_flag };
+    report_ctx c = { .format = format, .max_flag = max_flag, .strip_flag = strip };
     if (supppath) {
         char err[600];
         c.flag_supp = cs_supp_load(supppath, err, sizeof err);

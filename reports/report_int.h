@@ -39,6 +39,7 @@ typedef struct entry {
 } entry;
 
 typedef struct report_ctx {
+    const char *strip_flag;   /* --strip-path-prefix, or NULL */
     cs_trace *t;
     cs_symbolizer *sym;
     cs_stack_source src;

@@ -60,6 +60,7 @@ void report_on_finding(void *ud, const cs_finding *f)
         return;
     }
     cs_summary_add(&c->sum, f);
+    cs_summary_locate(&c->sum, f, &c->src);
     switch (c->format) {
     case FMT_JSON:
         cs_json_finding(&c->json, &c->pi, f, &c->src);

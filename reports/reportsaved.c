@@ -65,6 +65,7 @@ int report_saved(entry *e, report_ctx *c, FILE *errf)
     char err[700];
     cs_saved *s = cs_saved_open(e->path, err, sizeof err);
     e->done = 1;
+    cs_render_strip_prefix(c->strip_flag);
     if (!s) {
         fprintf(stderr, "capsan: %s\n", err);
         if (errf)

@@ -80,6 +80,8 @@ int report_one(entry *e, const entry *parent, report_ctx *c, FILE *errf)
             fprintf(stderr, "capsan: %s: the run's suppressions are not applied: %s\n", path, serr);
     }
     c->supp = c->flag_supp ? c->flag_supp : run_supp;
+    /* --strip-path-prefix, else the run's own */
+    cs_render_strip_prefix(c->strip_flag ? c->strip_flag : t->opt_strip_prefix);
 
     if (t->error) {
         fprintf(stderr, "capsan: %s\n", t->errmsg);

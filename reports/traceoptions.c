@@ -1,6 +1,6 @@
 /* The OPTIONS record, as the runtime was configured: protect (which the
- * replay must judge with, as the runtime did), suppressions and
- * max_findings for the report. */
+ * replay must judge with, as the runtime did), suppressions,
+ * max_findings and strip_path_prefix for the report. */
 #include "reader_int.h"
 #include "util.h"
 
@@ -45,6 +45,10 @@ void trace_apply_options(cs_trace *t)
     t->opt_suppressions = NULL;
     if ((v = option_value(t->options, "suppressions", &n)) && n)
         t->opt_suppressions = cs_xstrndup(v, n);
+    free(t->opt_strip_prefix);
+    t->opt_strip_prefix = NULL;
+    if ((v = option_value(t->options, "strip_path_prefix", &n)) && n)
+        t->opt_strip_prefix = cs_xstrndup(v, n);
     t->opt_max_findings = -1;
     if ((v = option_value(t->options, "max_findings", &n)) && n && n < 20) {
         char buf[24];

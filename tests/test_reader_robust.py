@@ -481,7 +481,8 @@ def test_run_environment_and_status(tmp_path):
     assert r.returncode == 3, r.stderr
     preload, opts = r.stdout.splitlines()
     assert preload == os.path.realpath(LIBCAPSAN)
-    assert opts == f"verbosity=0:protect=1:log_path={tmp_path / 't'}"
+    # keep_trace=always: the run sums up every trace, then removes the clean ones
+    assert opts == f"verbosity=0:protect=1:log_path={tmp_path / 't'}:keep_trace=always"
 
 
 @needs_runtime

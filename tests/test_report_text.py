@@ -309,7 +309,7 @@ def test_real_run_golden_and_contract(tmp_path):
     # suppression lines for the real stacks name the fixture's functions, and work
     g = report("--gen-suppressions", str(traces[0])).stdout
     lines = [l for l in g.splitlines() if l and not l.startswith("#")]
-    assert lines[0] == "dlpack-double-delete:double_delete", g
+    assert lines[0] == "dlpack-double-delete:^double_delete$", g
     assert len(lines) == 2 and lines[1].startswith("dlpack-leak:"), g
     (tmp_path / "real.supp").write_text(g)
     doc = json.loads(report("--format", "json", "--suppressions", str(tmp_path / "real.supp"),
@@ -341,3 +341,30 @@ def test_the_runs_own_suppressions(tmp_path):
     r = report("--format", "json", p)
     assert r.returncode == 0 and "the run's suppressions are not applied" in r.stderr
     assert len(json.loads(r.stdout)["processes"][0]["findings"]) == 4
+
+
+# --- paths: strip_path_prefix, and the SUMMARY's location ------------------------------
+
+def test_strip_path_prefix_and_summary_location(tmp_path):
+    """As ASan's strip_path_prefix: live, in the report (the run's own
+    setting), overridden by --strip-path-prefix; SUMMARY ends with the
+    first error's kind and Python file:line."""
+    from conftest import SCENARIOS, marker_line, run_capsan
+    script = SCENARIOS / "dl_leak.py"
+    line = marker_line(script, "consume")
+    prefix = str(SCENARIOS.parent) + "/"
+    res = run_capsan(script, tmp_path, args=["consumed"], options=[f"strip_path_prefix={prefix}"])
+    assert res.returncode == 23, res.describe()
+    first = f"First: dlpack-leak at scenarios/dl_leak.py:{line} in <module>."
+    assert f" scenarios/dl_leak.py:{line} in <module>" in res.stderr, res.stderr[-3000:]
+    assert prefix + "scenarios" not in res.stderr, res.stderr[-3000:]
+    assert re.search(r"^SUMMARY: capsan: 1 error\(s\).*\. " + re.escape(first) + "$", res.stderr,
+                     re.M), res.stderr[-1500:]
+    text = report(*map(str, res.traces)).stdout
+    frames = [l for l in text.splitlines() if l.startswith("    #")]
+    assert first in text and frames and not any(prefix in l for l in frames), text[-2000:]
+    text = report("--strip-path-prefix", "/tests/", *map(str, res.traces)).stdout
+    assert f"First: dlpack-leak at scenarios/dl_leak.py:{line} in <module>." in text
+    # a prefix found nowhere changes nothing
+    text = report("--strip-path-prefix", "/nowhere/", *map(str, res.traces)).stdout
+    assert f"First: dlpack-leak at {SCENARIOS}/dl_leak.py:{line} in <module>." in text, text[-1500:]

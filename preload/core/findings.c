@@ -42,6 +42,7 @@ static int api_mode; /* nothing printed live but what may kill the process */
 void cs_findings_init(int api)
 {
     api_mode = api;
+    cs_render_strip_prefix(cs_opt.strip_path_prefix);
     char err[512];
     if (cs_opt.suppressions[0] && !(supp = cs_supp_load(cs_opt.suppressions, err, sizeof err)))
         dprintf(2, "capsan: %s\n", err);
@@ -271,6 +272,7 @@ static void flush(int grouped)
             __capsan_report_error();
         }
         cs_summary_add(&summary, &pending[i]);
+        cs_summary_locate(&summary, &pending[i], &live_src);
         if (nlog == caplog && caplog < LOG_MAX) {
             unsigned nc = caplog ? caplog * 2 : 64;
             cs_finding *nb = cs_grow_clean(logbuf, nlog * sizeof *nb, nc * sizeof *nb);
