@@ -111,6 +111,8 @@ static const char *ended_name(int how)
     }
 }
 
+static void json_frame(cs_out *o, const cs_frame_info *f);
+
 void cs_json_process_begin(cs_json *j, const cs_json_proc *p)
 {
     cs_out *o = j->o;
@@ -147,6 +149,16 @@ void cs_json_process_begin(cs_json *j, const cs_json_proc *p)
                     (unsigned long long)t, (unsigned long long)c->events,
                     (unsigned long long)c->live_dlpack, (unsigned long long)c->live_dlpack_bytes,
                     (unsigned long long)c->live_numpy, (unsigned long long)c->live_numpy_bytes);
+        }
+        cs_outf(o, "]}");
+    }
+    if (p->ncrash > 0) {
+        cs_outf(o, ",\n  \"crash\": {\"thread\": %llu, \"stack\": [",
+                (unsigned long long)p->crash_tid);
+        for (int i = 0; i < p->ncrash; i++) {
+            if (i)
+                cs_outf(o, ", ");
+            json_frame(o, &p->crash[i]);
         }
         cs_outf(o, "]}");
     }

@@ -34,6 +34,9 @@ typedef struct cs_json_proc {
     const cs_rec_counts *counts; /* COUNTS series, time-sorted, maybe downsampled */
     size_t ncounts;
     uint64_t counts_records, counts_stride;
+    const cs_frame_info *crash; /* the crashing thread's frames (CRASH record), or NULL */
+    int ncrash;
+    uint64_t crash_tid;
 } cs_json_proc;
 
 void cs_json_begin(cs_json *j, cs_out *o);

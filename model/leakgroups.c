@@ -1,5 +1,5 @@
 /* Leak groups (see leakgroups.h): an open-addressing table keyed by
- * (kind, first event kind, first event stack). */
+ * (kind, first event kind, first event stack as printed). */
 #include "leakgroups.h"
 
 #include <stdlib.h>
@@ -7,17 +7,16 @@
 
 #include "hash.h"
 
-static uint64_t key_of(const cs_finding *f)
+static uint64_t key_of(const cs_finding *f, uint64_t where)
 {
     const cs_event *e = f->nevents ? &f->events[0] : NULL;
-    return cs_hash64(((uint64_t)f->kind << 40) ^ ((uint64_t)(e ? e->kind : 0) << 32) ^
-                     (e ? e->stack : 0));
+    return cs_hash64(((uint64_t)f->kind << 40) ^ ((uint64_t)(e ? e->kind : 0) << 32) ^ where);
 }
 
-static int same(const cs_leak_group *g, const cs_finding *f)
+static int same(const cs_leak_group *g, const cs_finding *f, uint64_t where)
 {
     const cs_event *e = f->nevents ? &f->events[0] : NULL;
-    return g->kind == f->kind && g->evkind == (e ? e->kind : 0) && g->stack == (e ? e->stack : 0);
+    return g->kind == f->kind && g->evkind == (e ? e->kind : 0) && g->where == where;
 }
 
 static int grow(cs_leak_groups *g)
@@ -29,7 +28,7 @@ static int grow(cs_leak_groups *g)
     for (size_t i = 0; i < g->cap; i++) {
         if (!g->tab[i].used)
             continue;
-        size_t j = key_of(&g->tab[i].first) & (ncap - 1);
+        size_t j = key_of(&g->tab[i].first, g->tab[i].where) & (ncap - 1);
         while (n[j].used)
             j = (j + 1) & (ncap - 1);
         n[j] = g->tab[i];
@@ -40,19 +39,19 @@ static int grow(cs_leak_groups *g)
     return 0;
 }
 
-int cs_lg_add(cs_leak_groups *g, const cs_finding *f)
+int cs_lg_add(cs_leak_groups *g, const cs_finding *f, uint64_t where)
 {
     if ((g->n + 1) * 2 > g->cap && grow(g) != 0)
         return -1;
-    size_t j = key_of(f) & (g->cap - 1);
-    while (g->tab[j].used && !same(&g->tab[j], f))
+    size_t j = key_of(f, where) & (g->cap - 1);
+    while (g->tab[j].used && !same(&g->tab[j], f, where))
         j = (j + 1) & (g->cap - 1);
     cs_leak_group *x = &g->tab[j];
     if (!x->used) {
         x->used = 1;
         x->kind = f->kind;
         x->evkind = f->nevents ? f->events[0].kind : 0;
-        x->stack = f->nevents ? f->events[0].stack : 0;
+        x->where = where;
         x->seq = g->n++;
         x->first = *f;
     } else if (f->nevents && x->first.nevents &&

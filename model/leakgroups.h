@@ -1,7 +1,10 @@
 /* Leaks grouped as LeakSanitizer groups them: by kind and the stack of
  * their first event (where the object was allocated or exported), with a
- * count, the bytes, and the oldest one as the example. Shared by the
- * runtime's exit report and `capsan report`. */
+ * count, the bytes, and the oldest one as the example. Stacks that print
+ * the same are one (the interpreter's first call of a line and its
+ * specialized later ones differ only in its own frames, which the report
+ * leaves out: cs_stack_display_key). Shared by the runtime's exit report
+ * and `capsan report`. */
 #ifndef CAPSAN_LEAKGROUPS_H
 #define CAPSAN_LEAKGROUPS_H
 
@@ -14,7 +17,7 @@ typedef struct cs_leak_group {
     int used;
     uint16_t kind;
     uint8_t evkind;
-    uint32_t stack;
+    uint64_t where;       /* the first event's cs_stack_display_key */
     unsigned count;
     uint64_t bytes;
     unsigned ind_count;   /* indirect leaks of the group's findings */
@@ -28,8 +31,9 @@ typedef struct cs_leak_groups {
     size_t cap, n;
 } cs_leak_groups;
 
-/* Add a leak finding; -1 when out of memory (nothing added). */
-int cs_lg_add(cs_leak_groups *g, const cs_finding *f);
+/* Add a leak finding whose first event's stack has display key `where`;
+ * -1 when out of memory (nothing added). */
+int cs_lg_add(cs_leak_groups *g, const cs_finding *f, uint64_t where);
 /* The groups, errors first, then most bytes (then most objects, then first seen);
  * *out is malloc'd, the caller frees it. Returns how many (0: none, or out
  * of memory). */

@@ -205,6 +205,36 @@ static void render_frame(cs_out *o, int k, const cs_frame_info *f)
     out_str(o, "\n");
 }
 
+void cs_render_text_frame(cs_out *o, int k, const cs_frame_info *f) { render_frame(o, k, f); }
+
+static uint64_t fnv(uint64_t h, const char *s)
+{
+    for (; s && *s; s++)
+        h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    return (h ^ 0xff) * 1099511628211ull;
+}
+
+uint64_t cs_stack_display_key(const cs_stack_source *src, uint32_t stack)
+{
+    cs_frame_info fr[64];
+    int n = src ? cs_stack_frames(src, stack, fr, 64) : 0;
+    if (!n)
+        return stack;
+    uint64_t h = 1469598103934665603ull;
+    for (int k = 0; k < n; k++) {
+        const char *b = base_name(fr[k].module);
+        if (!fr[k].python && b && (!strncmp(b, "python", 6) || !strncmp(b, "libpython", 9)))
+            continue;
+        h = fnv(h, fr[k].python ? "py" : b);
+        h = fnv(h, fr[k].file);
+        h = fnv(h, fr[k].function);
+        h = (h ^ fr[k].line) * 1099511628211ull;
+        if (!fr[k].python && !fr[k].function)
+            h = (h ^ fr[k].offset) * 1099511628211ull;
+    }
+    return h;
+}
+
 static void render_header(cs_out *o, const cs_proc_info *p, const cs_finding *f)
 {
     int error = cs_finding_severity(f) != CS_SEV_WARNING;

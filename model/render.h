@@ -43,6 +43,12 @@ typedef struct cs_stack_source {
 int cs_stack_frames(const cs_stack_source *src, uint32_t stack,
                     cs_frame_info *out, int max);
 
+/* A stack as the reports show it, hashed: Python frames and the native
+ * frames of every module but the interpreter's own (python3.X,
+ * libpython), whose frames change as it specializes a line. Two stacks
+ * with one key print alike. */
+uint64_t cs_stack_display_key(const cs_stack_source *src, uint32_t stack);
+
 /* The innermost Python frame of a stack, if any: returns 1 and fills out. */
 int cs_stack_python_top(const cs_stack_source *src, uint32_t stack,
                         cs_frame_info *out);
@@ -53,6 +59,9 @@ typedef struct cs_out {
     void *ud;
     int color;             /* ANSI colour (only on a terminal) */
 } cs_out;
+
+/* One frame as the text report prints it ("    #k ..."). */
+void cs_render_text_frame(cs_out *o, int k, const cs_frame_info *f);
 
 void cs_outf(cs_out *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* one byte, a control byte as \xNN (text that came from the traced process) */

@@ -45,7 +45,18 @@ enum cs_rec_type {
     CS_REC_COUNTS = 10,     /* cs_rec_counts: live objects, sampled over time */
     CS_REC_LIVE = 11,       /* cs_rec_live: slots mirroring the live objects, rewritten
                              * in place as they change (crash-safe live state) */
+    CS_REC_CRASH = 12,      /* cs_rec_crash: the crashing thread's stacks, after END */
 };
+
+/* The stacks the crash handler walked: nnative u64 addresses (innermost
+ * first; the first is the pc itself), then npython frames, innermost
+ * first, each a u32 line and two NUL-terminated strings (file, then
+ * function), unaligned. */
+typedef struct cs_rec_crash {
+    uint32_t nnative;
+    uint32_t npython;
+    uint64_t os_tid;      /* the crashing thread */
+} cs_rec_crash;
 
 typedef struct cs_rec_process {
     uint32_t argc;

@@ -183,6 +183,8 @@ void cs_html_process_begin(cs_html *h, const cs_html_proc *p)
         T(p->error);
         bodyf(h, "</p>\n");
     }
+    if (p->ncrash > 0)
+        html_crash(h, p->crash, p->ncrash);
     if (!p->saved)
         html_plot(h, p);
     bodyf(h, "<div class=\"findings\">\n");
@@ -322,7 +324,7 @@ int cs_html_end(cs_html *h)
             rc = -1;
     if (ferror(h->body))
         rc = -1;
-    fprintf(o, "</main>\n<div id=\"selfcheck\" data-ok=\"\">self-check did not run (JavaScript off)"
+    fprintf(o, "</main>\n<div id=\"selfcheck\" hidden data-ok=\"\">self-check did not run (JavaScript off)"
                "</div>\n<script>%s</script>\n</body></html>\n", html_script);
 
     fclose(h->body);

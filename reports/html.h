@@ -33,6 +33,8 @@ typedef struct cs_html_proc {
     uint64_t end_time_ns;     /* END record's time (CLOCK_MONOTONIC), 0 if unknown */
     uint64_t end_pc, end_fault_addr;
     const char *end_function; /* symbolized end pc, or NULL */
+    const cs_frame_info *crash; /* the crashing thread's frames, or NULL */
+    int ncrash;
     uint64_t parent_pid;      /* the parent's pid when its trace is in the report, else 0 */
     int depth;                /* in the process tree */
     uint64_t data_end;        /* where reading stopped */

@@ -61,4 +61,7 @@ void html_plot(cs_html *h, const cs_html_proc *p);
 /* htmlassets.c */
 extern const char html_css[], html_head_script[], html_script[];
 
+/* htmlcards.c: the crashing thread's frames, in the process's header */
+void html_crash(cs_html *h, const cs_frame_info *fr, int n);
+
 #endif

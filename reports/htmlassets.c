@@ -103,9 +103,10 @@ const char html_script[] =
     "  sc.setAttribute('data-cards',cards);sc.setAttribute('data-plots',plots.length);\n"
     "  sc.setAttribute('data-points',points);sc.setAttribute('data-timelines',timelines);\n"
     "  sc.setAttribute('data-mismatch',mismatch);sc.setAttribute('data-errors',errors.length);\n"
-    "  sc.setAttribute('data-ok',ok?'1':'0');sc.className=ok?'ok':'failed';\n"
+    "  sc.setAttribute('data-ok',ok?'1':'0');sc.className=ok?'ok':'failed';sc.hidden=ok;\n"
     "  sc.textContent='self-check '+(ok?'ok':'FAILED')+': '+cards+' finding card(s), '+timelines+' timeline(s), '+\n"
     "    plots.length+' plot(s) with '+points+' point(s) per series, '+errors.length+' script error(s)'+\n"
     "    (errors.length?': '+errors.join('; '):'');\n"
-    "}catch(e){sc.setAttribute('data-ok','0');sc.className='failed';sc.textContent='self-check FAILED: '+e;}\n"
+    "}catch(e){sc.setAttribute('data-ok','0');sc.className='failed';sc.hidden=false;"
+    "sc.textContent='self-check FAILED: '+e;}\n"
     "})();\n";

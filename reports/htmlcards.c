@@ -157,6 +157,16 @@ static void event_html(cs_html *h, const char *phrase, const cs_event *ev, int o
     bodyf(h, "</ol></details>\n");
 }
 
+/* The crashing thread's stack (the CRASH record), open, above the plot */
+void html_crash(cs_html *h, const cs_frame_info *fr, int n)
+{
+    bodyf(h, "<details class=\"event crash\" open><summary><b>the crashing thread</b></summary>\n"
+             "<ol class=\"stack\" start=\"0\">\n");
+    for (int k = 0; k < n; k++)
+        frame_html(h, &fr[k]);
+    bodyf(h, "</ol></details>\n");
+}
+
 /* One card: a finding, or (count > 1) a group of identical leaks with the
  * oldest of them as the example and the totals of all */
 static void card(cs_html *h, const cs_finding *f, const cs_stack_source *src, unsigned count,

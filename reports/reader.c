@@ -145,6 +145,7 @@ void cs_trace_close(cs_trace *t)
     free(t->options);
     free(t->opt_suppressions);
     free(t->opt_strip_prefix);
+    trace_crash_free(t);
     for (size_t i = 0; i < t->nmodules; i++) {
         free(t->modules[i].build_id);
         free(t->modules[i].path);

@@ -59,6 +59,14 @@ typedef struct cs_trace {
     int has_end;
     cs_rec_end end;           /* zeroed (CS_END_UNKNOWN) without an END record */
 
+    /* CS_REC_CRASH (the last one wins): the crashing thread's stacks as
+     * the crash handler walked them; crash_ips[0] is the pc itself */
+    uint64_t crash_tid;
+    uint64_t *crash_ips;
+    size_t crash_nnative;
+    cs_frame_info *crash_py;  /* python = 1, file and function owned */
+    size_t crash_npy;
+
     /* CS_REC_COUNTS, time-sorted, at most CS_COUNTS_MAX points: past that
      * runs of counts_stride records are merged into one point that keeps
      * the time of its last record and the maximum of every series */

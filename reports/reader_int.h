@@ -84,4 +84,7 @@ const char *trace_parse_record(cs_trace *t, unsigned type, const uint8_t *p,
 void trace_scan(cs_trace *t);
 void trace_rejudge(cs_trace *t);
 
+/* tracerecords.c: the CRASH record's stacks */
+void trace_crash_free(cs_trace *t);
+
 #endif

@@ -90,4 +90,8 @@ void report_on_finding(void *ud, const cs_finding *f);
 int report_one(entry *e, const entry *parent, report_ctx *c, FILE *errf);
 int report_saved(entry *e, report_ctx *c, FILE *errf);
 
+/* reporttext.c: the crashing thread's frames (CRASH record) */
+#define REPORT_CRASH_FRAMES 96
+int report_crash_frames(report_ctx *c, cs_frame_info *out, int max);
+
 #endif

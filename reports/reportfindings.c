@@ -16,7 +16,8 @@
 
 static void group_add(report_ctx *c, const cs_finding *f)
 {
-    if (cs_lg_add(&c->groups, f) != 0) {
+    uint64_t where = f->nevents ? cs_stack_display_key(&c->src, f->events[0].stack) : 0;
+    if (cs_lg_add(&c->groups, f, where) != 0) {
         fprintf(stderr, "capsan: out of memory\n");
         exit(1);
     }

@@ -113,6 +113,37 @@ void report_text_header(report_ctx *c, const entry *e, const entry *parent)
             cs_outf(o, ", fault address 0x%llx", (unsigned long long)t->end.fault_addr);
         cs_outf(o, "\n");
     }
+    if (c->pi.ended == CS_END_SIGNAL && (t->crash_nnative || t->crash_npy)) {
+        cs_frame_info fr[REPORT_CRASH_FRAMES];
+        int n = report_crash_frames(c, fr, REPORT_CRASH_FRAMES);
+        cs_outf(o, "   the crashing thread (%llu):\n", (unsigned long long)t->crash_tid);
+        for (int k = 0; k < n; k++)
+            cs_render_text_frame(o, k, &fr[k]);
+    }
+}
+
+/* The crash's stack as the live crash report printed it: native frames
+ * down to the eval loop (inlined calls named), then the Python frames. */
+int report_crash_frames(report_ctx *c, cs_frame_info *out, int max)
+{
+    cs_trace *t = c->t;
+    int n = 0;
+    for (size_t i = 0; i < t->crash_nnative && n < max; i++) {
+        /* the pc is the instruction itself, the others return addresses */
+        int k = cs_sym_native(c->sym, t->crash_ips[i] + (i == 0), out + n, max - n);
+        int eval = 0;
+        for (int j = 0; j < k; j++)
+            eval |= out[n + j].function && !strcmp(out[n + j].function, "_PyEval_EvalFrameDefault");
+        if (eval && t->crash_npy)
+            break; /* the Python frames tell the rest */
+        if (i == 0)
+            for (int j = 0; j < k; j++)
+                out[n + j].address = t->crash_ips[0];
+        n += k;
+    }
+    for (size_t i = 0; i < t->crash_npy && n < max; i++)
+        out[n++] = t->crash_py[i];
+    return n;
 }
 
 /* "PID ARGV: ENDED; E error(s), W warning(s)" for the process tree */

@@ -94,6 +94,9 @@ int report_one(entry *e, const entry *parent, report_ctx *c, FILE *errf)
                 (unsigned long long)t->trailing_offset);
 
     uint64_t parent_pid = parent ? parent->pid : 0;
+    static cs_frame_info crash[REPORT_CRASH_FRAMES];
+    int ncrash = c->pi.ended == CS_END_SIGNAL ? report_crash_frames(c, crash, REPORT_CRASH_FRAMES)
+                                              : 0;
     switch (c->format) {
     case FMT_JSON: {
         cs_json_proc jp = {
@@ -101,7 +104,8 @@ int report_one(entry *e, const entry *parent, report_ctx *c, FILE *errf)
             .exe = t->exe, .trace = path, .error = t->error ? t->errmsg : NULL,
             .end_time_ns = t->has_end ? t->end.time_ns : 0, .parent_pid = parent_pid,
             .counts = t->counts, .ncounts = t->ncounts, .counts_records = t->counts_records,
-            .counts_stride = t->counts_stride,
+            .counts_stride = t->counts_stride, .crash = crash, .ncrash = ncrash,
+            .crash_tid = t->crash_tid,
         };
         cs_json_process_begin(&c->json, &jp);
         break;
@@ -116,6 +120,7 @@ int report_one(entry *e, const entry *parent, report_ctx *c, FILE *errf)
             .parent_pid = parent_pid, .depth = e->depth, .data_end = t->data_end,
             .truncated = !t->has_end, .counts = t->counts, .ncounts = t->ncounts,
             .counts_records = t->counts_records, .counts_stride = t->counts_stride,
+            .crash = crash, .ncrash = ncrash,
         };
         cs_html_process_begin(c->html, &hp);
         break;

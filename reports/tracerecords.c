@@ -144,6 +144,54 @@ static const char *parse_thread(cs_trace *t, const uint8_t *p, size_t n)
     return NULL;
 }
 
+void trace_crash_free(cs_trace *t)
+{
+    for (size_t i = 0; i < t->crash_npy; i++) {
+        free((char *)t->crash_py[i].file);
+        free((char *)t->crash_py[i].function);
+    }
+    free(t->crash_py);
+    free(t->crash_ips);
+    t->crash_py = NULL;
+    t->crash_ips = NULL;
+    t->crash_npy = t->crash_nnative = 0;
+}
+
+static const char *parse_crash(cs_trace *t, const uint8_t *p, size_t n)
+{
+    cs_rec_crash h;
+    if (n < sizeof h)
+        return "CRASH record too short";
+    memcpy(&h, p, sizeof h);
+    if (h.nnative > (n - sizeof h) / sizeof(uint64_t) || h.npython > n)
+        return "CRASH record shorter than its stack";
+    trace_crash_free(t);
+    t->crash_tid = h.os_tid;
+    t->crash_nnative = h.nnative;
+    t->crash_ips = cs_xcalloc(h.nnative ? h.nnative : 1, sizeof *t->crash_ips);
+    memcpy(t->crash_ips, p + sizeof h, h.nnative * sizeof(uint64_t));
+    size_t at = sizeof h + h.nnative * sizeof(uint64_t);
+    t->crash_py = cs_xcalloc(h.npython ? h.npython : 1, sizeof *t->crash_py);
+    for (uint32_t i = 0; i < h.npython; i++) {
+        uint32_t line;
+        if (n - at < 4)
+            return "CRASH record shorter than its Python frames";
+        memcpy(&line, p + at, 4);
+        at += 4;
+        long a = bounded_strlen(p + at, n - at);
+        long b = a < 0 ? -1 : bounded_strlen(p + at + a + 1, n - at - (size_t)a - 1);
+        if (b < 0)
+            return "CRASH frame name not terminated inside the record";
+        cs_frame_info *fr = &t->crash_py[t->crash_npy++];
+        fr->python = 1;
+        fr->line = line;
+        fr->file = cs_xstrndup((const char *)p + at, (size_t)a);
+        fr->function = cs_xstrndup((const char *)p + at + a + 1, (size_t)b);
+        at += (size_t)a + 1 + (size_t)b + 1;
+    }
+    return NULL;
+}
+
 const char *trace_parse_record(cs_trace *t, unsigned type, const uint8_t *p,
                                size_t n, uint64_t off)
 {
@@ -215,6 +263,8 @@ const char *trace_parse_record(cs_trace *t, unsigned type, const uint8_t *p,
         }
         return NULL;
     }
+    case CS_REC_CRASH:
+        return parse_crash(t, p, n);
     case CS_REC_COUNTS: {
         cs_rec_counts c;
         if (n < sizeof c)

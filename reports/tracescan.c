@@ -28,6 +28,7 @@ static const char *rec_type_name(unsigned type)
     case CS_REC_OPTIONS: return "OPTIONS";
     case CS_REC_COUNTS: return "COUNTS";
     case CS_REC_LIVE: return "LIVE";
+    case CS_REC_CRASH: return "CRASH";
     default: return "unknown";
     }
 }

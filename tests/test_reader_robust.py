@@ -27,6 +27,7 @@ pytestmark = pytest.mark.skipif(not os.path.exists(CAPSAN), reason="build/bin/ca
 
 REC_PAD, REC_PROCESS, REC_MODULE, REC_CODE, REC_FRAME, REC_EVENT, REC_THREAD, REC_END, REC_OPTIONS, REC_COUNTS = range(1, 11)
 REC_LIVE = 11
+REC_CRASH = 12
 EV_EXPORT, EV_CONSUME, EV_DELETE, EV_DESTROY = 1, 3, 5, 6
 EV_NP_ALLOC, EV_NP_FREE, EV_NP_FOREIGN_FREE = 16, 17, 19
 END_EXIT, END_SIGNAL = 1, 2
@@ -387,6 +388,36 @@ def test_corrupt_record_keeps_what_came_before(tmp_path):
     assert f"corrupt record at offset {off:#x}" in r.stderr, r.stderr
     proc = only_process(json.loads(r.stdout))
     assert proc["argv"] == ["python3", "x.py"] and proc["error"]
+
+
+def crash(ips, py, tid=4242):
+    body = struct.pack("<IIQ", len(ips), len(py), tid) + b"".join(struct.pack("<Q", ip) for ip in ips)
+    for file, name, line in py:
+        body += struct.pack("<I", line) + cstr(file) + cstr(name)
+    return rec(REC_CRASH, body)
+
+
+def test_crash_record_read_and_checked(tmp_path):
+    """CRASH (12): the crashing thread's stacks after a signal END, in the
+    text and JSON reports; one that claims more than it holds is corrupt,
+    and what came before is still reported."""
+    base = header() + process(["python3", "x.py"], "/usr/bin/python3")
+    sig_end = rec(REC_END, struct.pack("<IiQQQQ", 2, 6, START_MONO + 100, 0, 0x7F00000010, 0))
+    good = base + sig_end + crash([0x7F00000010, 0x7F00000020], [("/w/x.py", "<module>", 9)])
+    r = report("--format", "json", write(tmp_path, good))
+    assert r.returncode == 0, r.stderr
+    proc = only_process(json.loads(r.stdout))
+    st = proc["crash"]["stack"]
+    assert proc["crash"]["thread"] == 4242 and len(st) == 3, st
+    assert [f["python"] for f in st] == [False, False, True] and st[2]["line"] == 9, st
+    text = report(write(tmp_path, good, "capsan.trace.4243")).stdout
+    assert "   the crashing thread (4242):\n" in text and "#2 /w/x.py:9 in <module>" in text, text
+    bad = base + sig_end + crash([1, 2], [("/w/x.py", "f", 1)])[:-8]
+    bad = bad[:len(base + sig_end)] + struct.pack("<HHI", REC_CRASH, 0, 32) + \
+        struct.pack("<IIQ", 9, 0, 1) + b"\0" * 8
+    r = report("--format", "json", write(tmp_path, bad, "capsan.trace.4244"))
+    assert r.returncode == 1 and "CRASH record shorter than its stack" in r.stderr, r.stderr
+    assert only_process(json.loads(r.stdout))["ended"] == "signal"
 
 
 def test_uncommitted_record_is_skipped(tmp_path):

@@ -273,3 +273,40 @@ def test_html_unreadable_and_corrupt(tmp_path, traces):
     html = out.read_text()
     assert "not a capsan trace" in html and f"corrupt record at offset {off:#x}" in html
     assert html.rstrip().endswith("</html>")
+
+
+# --- a crash, from a real run -------------------------------------------------------
+
+def test_html_of_a_crash(tmp_path):
+    """A run that dies by abort() with eight tensors held (issue 34, item 6):
+    the page shows the crashing thread's stack as the live report did, the
+    plot reaches the crash with the eight tensors alive, identical stacks
+    make one group, and no developer line is visible."""
+    from conftest import SCENARIOS, marker_line, run_capsan
+    script = SCENARIOS / "crash_held.py"
+    res = run_capsan(script, tmp_path)
+    assert res.returncode == 128 + signal.SIGABRT, res.describe()
+    [trace] = res.traces
+    text = report(str(trace)).stdout
+    m = re.search(r"   the crashing thread \(\d+\):\n((?:    #\d+ .*\n)+)", text)
+    assert m, text[:3000]
+    frames = m.group(1)
+    assert " in abort " in frames and f"crash_held.py:{marker_line(script, 'abort')} in <module>" \
+        in frames, frames
+    # one group per kind: the first call and the specialized later ones
+    assert text.count("Unreleased when killed: ") == 1 and "in 8 object(s)" in text, text[-3000:]
+    doc = json.loads(report("--format", "json", str(trace)).stdout)
+    proc = doc["processes"][0]
+    stack = proc["crash"]["stack"]
+    assert stack[0]["function"] == "__pthread_kill_implementation" or "kill" in stack[0]["function"]
+    assert stack[-1]["python"] and stack[-1]["line"] == marker_line(script, "abort"), stack
+    last = proc["counts"]["points"][-1]
+    assert last[2] == 8 and last[4] >= 8, proc["counts"]["points"][-3:]
+    html = tmp_path / "crash.html"
+    r = report("--format", "html", "-o", str(html), str(trace))
+    assert r.returncode == 0, r.stderr
+    points = len(proc["counts"]["points"])
+    dom = check_page(tmp_path, html, cards=2, points=points)
+    assert "the crashing thread" in dom and "abort" in dom, dom[-3000:]
+    sc = re.search(r'<div id="selfcheck"([^>]*)>', dom).group(1)
+    assert "hidden" in sc, sc

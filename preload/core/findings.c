@@ -148,6 +148,12 @@ static int sym_native(void *ud, uint64_t ip, cs_frame_info *out, int max)
     return n ? n : src_native(NULL, ip, out, max);
 }
 
+/* the display key of a leak's first stack (leakgroups.h) */
+static uint64_t first_key(const cs_finding *f)
+{
+    return f->nevents ? cs_stack_display_key(&live_src, f->events[0].stack) : 0;
+}
+
 /* sup[i] = pending[i] is suppressed. A rule that names a source file or
  * an inlined function matches only with the report's DWARF names: those
  * are asked of `capsan symbolize`, once for every finding the runtime's
@@ -286,7 +292,8 @@ static void flush(int grouped)
         /* API mode prints nothing live: the scope and the pytest plugin say it */
         if (!text || (api_mode && !about_to_crash(&pending[i])))
             continue;
-        if (grouped && is_leak(&pending[i]) && cs_lg_add(&groups, &pending[i]) == 0)
+        if (grouped && is_leak(&pending[i]) && cs_lg_add(&groups, &pending[i],
+                                                                   first_key(&pending[i])) == 0)
             continue;
         if (may_print()) {
             cs_render_text_finding(&o, &p, &pending[i], &live_src);

@@ -7,6 +7,7 @@
  * and buffers that are static, since one thread at a time writes the
  * report. */
 #include "crash.h"
+#include "crashrec.h"
 #include "tracename.h"
 
 #include <dlfcn.h>
@@ -418,6 +419,8 @@ static void report(int sig, const siginfo_t *si, const ucontext_t *uc)
     else if (npy > PY_FRAMES)
         outf("    ... %d more frame(s)\n", npy - PY_FRAMES);
     out_flush();
+    if (traced) /* the same stacks, for capsan report */
+        cs_crashrec_write(walked ? &w : NULL, first, pc, tid);
 
     unsigned total = cs_findings_total();
     outf("==%d==capsan: %u finding(s) reported before the crash%s\n", pid, total,
