@@ -51,6 +51,16 @@ int cs_trace_name(char *out, size_t cap, const char *lp, long pid)
     return 0;
 }
 
+/* a run of digits at *n (moved past it): the pid, or -1 when there is none */
+static long take_pid(const char **n)
+{
+    long v = 0;
+    const char *d = *n;
+    while (**n >= '0' && **n <= '9' && *n - d < 18)
+        v = v * 10 + (*(*n)++ - '0');
+    return *n == d ? -1 : v;
+}
+
 long cs_trace_name_pid(const char *name, const char *base)
 {
     long pid = -1;
@@ -64,28 +74,16 @@ long cs_trace_name_pid(const char *name, const char *base)
                     return -1;
                 continue;
             }
-            long v = 0;
-            const char *d = n;
-            while (*n >= '0' && *n <= '9' && n - d < 18)
-                v = v * 10 + (*n++ - '0');
-            if (n == d)
+            if ((pid = take_pid(&n)) < 0)
                 return -1;
-            pid = v;
             had_pid = 1;
         } else if (*n++ != *b) {
             return -1;
         }
     }
     if (!had_pid) {
-        if (*n++ != '.')
+        if (*n++ != '.' || (pid = take_pid(&n)) < 0)
             return -1;
-        long v = 0;
-        const char *d = n;
-        while (*n >= '0' && *n <= '9' && n - d < 18)
-            v = v * 10 + (*n++ - '0');
-        if (n == d)
-            return -1;
-        pid = v;
     }
     return *n ? -1 : pid;
 }

@@ -299,9 +299,6 @@ static int start(int preload)
         dprintf(2, "==%d==capsan: CPython %d.%d is not in capsan's table of interpreter "
                    "layouts (preload/core/pyversions.inc): stacks will be native only\n",
                 (int)getpid(), cs_py.major, cs_py.minor);
-    Dl_info di;
-    if (dladdr((void *)self_marker, &di) && di.dli_fname)
-        cs_ending_set_self(di.dli_fname);
     cs_lc = cs_lc_create(cs_findings_cb, NULL, 1);
     if (!cs_lc)
         return 0;

@@ -8,6 +8,7 @@
  * report. */
 #include "crash.h"
 #include "crashrec.h"
+#include "libpath.h"
 #include "tracename.h"
 
 #include <dlfcn.h>
@@ -147,23 +148,8 @@ static void pick_targets(void)
         out.fd[out.nfd++] = 2;
 }
 
-/* ---- the CLI that renders the trace, found at start ---- */
-static char cli[PATH_MAX];
-
-static void find_cli(void)
-{
-    Dl_info di;
-    char p[PATH_MAX + 32], r[PATH_MAX];
-    snprintf(cli, sizeof cli, "capsan");
-    if (!dladdr((void *)find_cli, &di) || !di.dli_fname)
-        return;
-    /* PREFIX/lib/libcapsan.so -> PREFIX/bin/capsan (build/, make install, the wheel) */
-    const char *slash = strrchr(di.dli_fname, '/');
-    snprintf(p, sizeof p, "%.*s/../bin/capsan", slash ? (int)(slash - di.dli_fname) : 1,
-             slash ? di.dli_fname : ".");
-    if (realpath(p, r) && access(r, X_OK) == 0)
-        snprintf(cli, sizeof cli, "%s", r);
-}
+/* ---- the CLI that renders the trace, found at start (libpath.h) ---- */
+static const char *cli = "capsan";
 
 /* s as one shell word: quoted when it holds anything but the usual */
 static void out_word(const char *s)
@@ -512,7 +498,8 @@ static int is_faulthandler(const struct sigaction *sa)
 
 void cs_crash_init(void)
 {
-    find_cli();
+    if (*cs_cli_path()) /* found now: nothing is looked up in the handler */
+        cli = cs_cli_path();
     save_stderr();
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);

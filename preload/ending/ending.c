@@ -22,8 +22,8 @@
 #include "tracefile.h"
 #include "young.h"
 #include "growclean.h"
+#include "libpath.h"
 
-static char self_path[512];
 static atomic_int stopped; /* cs_ending_stopped: capsan.stop() was called */
 
 /* report=json: the report tool renders the finished trace next to it. */
@@ -32,10 +32,8 @@ static void json_report(void)
     const char *tp = cs_trace_path();
     if (!*tp)
         return; /* no trace: the findings went to stderr as text (findings.c) */
-    char bin[600], out[700];
-    const char *slash = strrchr(self_path, '/');
-    int dir = slash ? (int)(slash - self_path) : 0;
-    snprintf(bin, sizeof bin, "%.*s/../bin/capsan", dir, self_path);
+    char out[700];
+    char *bin = (char *)cs_cli_path();
     snprintf(out, sizeof out, "%s.json", tp);
     char *argv[] = {bin, "report", "--format", "json", "-o", out, (char *)tp, NULL};
     /* the child must not trace itself */
@@ -278,7 +276,6 @@ static void remove_clean_trace(int how)
 void cs_ending_stopped(void) { atomic_store(&stopped, 1); }
 int capsan_stopped(void) { return atomic_load(&stopped); }
 
-void cs_ending_set_self(const char *path) { snprintf(self_path, sizeof self_path, "%s", path); }
 
 int cs_ending_finish(int how, int status)
 {

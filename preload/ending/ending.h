@@ -14,7 +14,5 @@ int cs_ending_finish(int how, int status);
 void cs_ending_halt(void);
 /* capsan.stop() was called: the process's exit has no leak verdict */
 void cs_ending_stopped(void);
-/* the path of libcapsan.so: its CLI, next to it, renders report=json */
-void cs_ending_set_self(const char *path);
 
 #endif
