@@ -196,6 +196,7 @@ floor-lib:
 
 bench: all fixtures venvs arrow-venvs floor-lib
 	@BENCH_FLOOR_LIB=$(abspath $(FLOOR_LIB)) $(PYTHON) bench/run.py
+	@$(PYTHON) bench/plugin_cost.py --real
 
 # instructions per loop iteration under callgrind only (bench/icount.py):
 # W1, W1d, W2, W2b, W5, W3 (and W4 with the Arrow venv) plain, under the
