@@ -237,7 +237,9 @@ static inline __attribute__((always_inline)) int free_checks(void *p)
 {
     uintptr_t a = (uintptr_t)p;
     cs_frees++;
-    if (cs_ff_hit(a))
+    /* a block near a consumed tensor's data start, or a big one while any
+     * is consumed (an arena freed whole) */
+    if (cs_ff_hit(a) || (a && cs_dg_big(a)))
         free_watched(a);
     /* a released managed struct: its free waits (quarantine.c) */
     return cs_qr_take(p, CS_FREED_LIBC);

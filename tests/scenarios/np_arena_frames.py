@@ -29,7 +29,7 @@ del scratch  # every piece back: the arena starts over
 hdr = np.zeros(128)  # the arena's start, handed out again
 frame = np.arange(1024, dtype=np.float64)  # 1 KiB into the block
 if who == "torch":
-    t = torch.from_dlpack(frame)  # <-- consume
+    t = torch.from_dlpack(frame)  # <-- consume-torch
     total = float(t.sum())
 else:
     total = dlconsumer.consume_hold(frame.__dlpack__())  # <-- consume
