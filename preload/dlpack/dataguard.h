@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "dataindex.h"
 #include "freefilter.h"
 #include "got.h"
 
@@ -20,19 +21,21 @@ int cs_dg_hooks_ready(void);
 extern int cs_dg_glibc;
 size_t cs_dg_usable(uintptr_t p); /* malloc_usable_size */
 
-/* A malloc block at p (p != 0) may reach a consumed tensor's data start
+/* A malloc block at p may reach a consumed tensor's data start
  * that the filter did not count for it: one past the granule after p's.
  * With no consumed tensor watched, one load. Otherwise glibc's chunk size
  * (an upper bound of the usable size: one load beside the word free()
  * reads next) or, under another allocator, its malloc_usable_size. */
 static inline int cs_dg_big(uintptr_t p)
 {
-    if (__builtin_expect(!atomic_load_explicit(&cs_ff_watched, memory_order_relaxed), 1))
+    if (!cs_ff_any())
         return 0;
+    if (p - 1 >= atomic_load_explicit(&cs_di_hi, memory_order_relaxed))
+        return 0; /* every start lies before the block (or p is NULL) */
     size_t reach = 512 - (p & 255); /* from p to the end of the next granule */
     size_t size = __builtin_expect(cs_dg_glibc, 1) ? *(const size_t *)(p - 8) & ~(size_t)7
                                                    : cs_dg_usable(p);
-    return size > reach;
+    return size > reach && p + size > atomic_load_explicit(&cs_di_lo, memory_order_relaxed);
 }
 
 void cs_dg_check_slow(uintptr_t p, unsigned how);

@@ -33,6 +33,7 @@ static entry *chunks[NCHUNKS];
 static uint32_t nused = 1; /* entry 0 is "none" */
 static uint32_t free_list;
 static uint32_t root; /* the treap's */
+_Atomic uint64_t cs_di_lo = UINT64_MAX, cs_di_hi;
 
 static inline unsigned bucket_of(uint64_t granule)
 {
@@ -156,6 +157,10 @@ void cs_di_add(uint64_t data, uint64_t key)
         *at(i) = (entry){.data = data, .key = key, .n = 1, .next = head[b]};
         head[b] = i;
         tree_add(i);
+        if (data < atomic_load_explicit(&cs_di_lo, memory_order_relaxed))
+            atomic_store_explicit(&cs_di_lo, data, memory_order_relaxed);
+        if (data > atomic_load_explicit(&cs_di_hi, memory_order_relaxed))
+            atomic_store_explicit(&cs_di_hi, data, memory_order_relaxed);
     }
     cs_spin_unlock(&mu);
 }
@@ -174,6 +179,10 @@ void cs_di_remove(uint64_t data, uint64_t key)
             e->key = e->data = 0; /* no stale key for anyone to find */
             e->next = free_list;
             free_list = i;
+            if (!root) { /* nothing indexed: no hull */
+                atomic_store_explicit(&cs_di_lo, UINT64_MAX, memory_order_relaxed);
+                atomic_store_explicit(&cs_di_hi, 0, memory_order_relaxed);
+            }
         }
         break;
     }

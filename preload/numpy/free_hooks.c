@@ -225,7 +225,10 @@ static inline int is_free_site(uintptr_t site)
 /* past the free() filter: a consumed tensor's data, a handler's ctx */
 static __attribute__((noinline)) void free_watched(uintptr_t a)
 {
-    cs_dg_check_slow(a, CS_FREED_LIBC); /* a consumed tensor's data (dataguard.c) */
+    /* a consumed tensor's data (dataguard.c): near a data start, or a
+     * block that reaches one further on */
+    if (cs_ff_hit(a) || cs_dg_big(a))
+        cs_dg_check_slow(a, CS_FREED_LIBC);
     unsigned b = ctx_bit(a);
     /* free(NULL) frees nothing: a handler whose ctx is NULL (numpy's
      * default) is not stale because another ctx shares NULL's filter bit */
@@ -237,9 +240,9 @@ static inline __attribute__((always_inline)) int free_checks(void *p)
 {
     uintptr_t a = (uintptr_t)p;
     cs_frees++;
-    /* a block near a consumed tensor's data start, or a big one while any
-     * is consumed (an arena freed whole) */
-    if (cs_ff_hit(a) || (a && cs_dg_big(a)))
+    /* a block near a consumed tensor's data start, or any while a tensor
+     * is consumed (it may be an arena, freed whole) */
+    if (cs_ff_free_hit(a))
         free_watched(a);
     /* a released managed struct: its free waits (quarantine.c) */
     return cs_qr_take(p, CS_FREED_LIBC);
