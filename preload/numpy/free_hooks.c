@@ -3,6 +3,7 @@
  * struct), and array_dealloc's free() of data no handler made, its call
  * sites learned from numpy's code once numpy is imported. */
 #include "numpy_int.h"
+#include "arrow_home.h"
 #include "dataguard.h"
 #include "npwrap.h"
 
@@ -229,6 +230,9 @@ static __attribute__((noinline)) void free_watched(uintptr_t a)
      * block that reaches one further on */
     if (cs_ff_hit(a) || cs_dg_big(a))
         cs_dg_check_slow(a, CS_FREED_LIBC);
+    /* the holder of a moved Arrow stream (arrow_home.c) */
+    if (atomic_load_explicit(&cs_ar_nhomes, memory_order_relaxed) && cs_ff_hit(a))
+        cs_ar_home_freed(a);
     unsigned b = ctx_bit(a);
     /* free(NULL) frees nothing: a handler whose ctx is NULL (numpy's
      * default) is not stale because another ctx shares NULL's filter bit */
