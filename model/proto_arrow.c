@@ -111,10 +111,18 @@ static unsigned on_release(cs_lifecycle *lc, stripe *st, obj *o, const cs_event 
     return 0;
 }
 
-/* R45: no callback on a released stream; calls serialized */
+/* R45: no callback on a released stream; calls serialized. A first batch
+ * tells where the stream's data lies (b): memory it keeps alive is part of
+ * its leak (verdicts.c) */
 static unsigned on_call(cs_lifecycle *lc, stripe *st, obj *o, const cs_event *ev, judge *j)
 {
     obj tmp = {.key = ev->obj, .ns = CS_NS_ARROW};
+    if (o && ev->b && !(ev->aux & (CS_ARC_RELEASED | CS_ARC_CONCURRENT))) {
+        if (!o->data)
+            o->data = ev->b;
+        ot_hist_add(st, o, ev, j); /* a replay of the trace links the same way */
+        return 0;
+    }
     if (ev->aux & CS_ARC_RELEASED) {
         ot_report(lc, j, CS_KIND_ARROW_USE_AFTER_RELEASE, o ? o : &tmp, ev, ev->aux & 0xff, 0);
     } else if ((ev->aux & CS_ARC_CONCURRENT) && !(o && (o->flags & AF_MISUSE))) {

@@ -3,12 +3,56 @@
  * that allocated it, while that handler still stands as it was. */
 #include "protocol.h"
 
+/* A block at one address can hold another: a handler that carves its
+ * pieces out of an array's data (an arena, a pool) hands out that data's
+ * first byte as a block of its own while the array lives. Such a block,
+ * made by another handler, is kept beside the old one in the same entry:
+ * `data` is its handler (0: none), `capsule` its allocator value, and its
+ * alloc is in the history. Its bytes lie inside the old block's and are not
+ * counted again until the old block is freed and it stands alone. */
+static const cs_event *born_of(const obj *o)
+{
+    return o->nhist && o->hist[0].kind == CS_EV_NP_ALLOC ? &o->hist[0] : NULL;
+}
+
+static int nests(const obj *o, const cs_event *ev)
+{
+    const cs_event *born = born_of(o);
+    return born && born->c && ev->c && born->c != ev->c;
+}
+
+/* the old block at o was freed while the block inside it lives on: o is
+ * that block from now on, born by its own alloc */
+static void unnest(stripe *st, obj *o, judge *j)
+{
+    cs_event born = {.kind = CS_EV_NP_ALLOC, .obj = o->key, .c = o->data,
+                     .extra = (uint32_t)o->capsule};
+    for (unsigned i = o->nhist; i-- > 1;)
+        if (o->hist[i].kind == CS_EV_NP_ALLOC && o->hist[i].c == o->data) {
+            born = o->hist[i];
+            break;
+        }
+    ot_count(st, o, -1);
+    ot_reset(st, o);
+    o->bytes = born.a;
+    ot_count(st, o, 1);
+    ot_hist_add(st, o, &born, j);
+}
+
 /* R32: numpy 1.24 tracks failed allocations as NULL */
 static unsigned on_alloc(cs_lifecycle *lc, stripe *st, obj *o, const cs_event *ev, judge *j)
 {
     (void)lc;
     if (!ev->obj)
         return 0;
+    if (o && o->state == CS_ST_CREATED && nests(o, ev)) {
+        /* a piece of the live block (or the piece's own handler giving
+         * its address again after a free capsan missed) */
+        o->data = ev->c;
+        o->capsule = ev->extra;
+        ot_hist_add(st, o, ev, j);
+        return 0;
+    }
     if (o && o->state == CS_ST_CREATED)
         ot_count(st, o, -1); /* a missed free: the old block is gone */
     if (!o && !(o = ot_insert(st, ev->obj, CS_NS_NUMPY)))
@@ -27,13 +71,23 @@ static unsigned on_free(cs_lifecycle *lc, stripe *st, obj *o, const cs_event *ev
 {
     if (!ev->obj || !o)
         return 0;
-    if (o->state == CS_ST_CREATED) {
-        const cs_event *born = o->nhist && o->hist[0].kind == CS_EV_NP_ALLOC ? &o->hist[0] : NULL;
-        uint32_t stale = cs_np_free_stale(born, ev);
+    if (o->state == CS_ST_CREATED && o->data && ev->c == o->data) {
+        /* the block inside the old one, freed through its own handler */
+        cs_event inner = {.kind = CS_EV_NP_ALLOC, .c = o->data, .extra = (uint32_t)o->capsule};
+        uint32_t stale = cs_np_free_stale(&inner, ev);
         ot_hist_add(st, o, ev, j);
         if (stale)
             ot_report(lc, j, CS_KIND_NUMPY_STALE_HANDLER, o, NULL, stale, ev->c);
-        ot_entomb(st, o);
+        o->data = o->capsule = 0;
+    } else if (o->state == CS_ST_CREATED) {
+        uint32_t stale = cs_np_free_stale(born_of(o), ev);
+        ot_hist_add(st, o, ev, j);
+        if (stale)
+            ot_report(lc, j, CS_KIND_NUMPY_STALE_HANDLER, o, NULL, stale, ev->c);
+        if (o->data)
+            unnest(st, o, j); /* the block inside lives on at this address */
+        else
+            ot_entomb(st, o);
     } else if (o->state == CS_ST_RELEASED && ev->c) {
         /* a legacy PyDataMem_FREE (c == 0) may free a block that came back
          * out of numpy's small-block cache unseen: not judged */

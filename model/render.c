@@ -296,7 +296,10 @@ static void render_indirect(cs_out *o, const cs_finding *f, unsigned count, uint
             (unsigned long long)bytes, count);
     if (f->nindirect)
         render_stack(o, src, f->indirect[0].alloc.stack);
-    out_str(o, "  kept alive by the leaked tensor above (its manager_ctx holds the array)\n");
+    out_str(o, f->kind == CS_KIND_ARROW_LEAK
+                   ? "  kept alive by the unreleased stream above (its producer shares the array's "
+                     "memory)\n"
+                   : "  kept alive by the leaked tensor above (its manager_ctx holds the array)\n");
 }
 
 void cs_render_text_finding(cs_out *o, const cs_proc_info *p,

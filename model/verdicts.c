@@ -134,20 +134,29 @@ static int cmp_root(const void *a, const void *b)
     return ((*x)->lo > (*y)->lo) - ((*x)->lo < (*y)->lo);
 }
 
+/* a leak that can hold NumPy blocks: a tensor, or an Arrow stream whose
+ * batches' data was seen (lo) */
+static int may_hold(const leak_ref *x)
+{
+    return (x->ns == CS_NS_DLPACK || x->ns == CS_NS_ARROW) && x->what == 0 && x->lo;
+}
+
 /* Each NumPy block that a leaked tensor's data lies in is that tensor's
  * indirect leak (a consumer that never deleted a numpy export leaks the
- * struct and, through manager_ctx, the array): v[i].root = the tensor. */
+ * struct and, through manager_ctx, the array): v[i].root = the tensor.
+ * So is a block an unreleased Arrow stream's batches were read from (a
+ * producer that shares an array zero-copy keeps it for the stream). */
 static void link_indirect(leak_ref *v, size_t nv)
 {
     size_t nr = 0;
     for (size_t i = 0; i < nv; i++)
-        nr += v[i].ns == CS_NS_DLPACK && v[i].what == 0 && v[i].lo;
+        nr += may_hold(&v[i]);
     leak_ref **r = nr ? malloc(nr * sizeof *r) : NULL;
     if (!r)
         return;
     nr = 0;
     for (size_t i = 0; i < nv; i++)
-        if (v[i].ns == CS_NS_DLPACK && v[i].what == 0 && v[i].lo)
+        if (may_hold(&v[i]))
             r[nr++] = &v[i];
     qsort(r, nr, sizeof *r, cmp_root);
     for (size_t i = 0; i < nv; i++) {
@@ -276,7 +285,8 @@ int cs_lc_finish(cs_lifecycle *lc, int how)
         if (v[i].root >= 0 || v[i].what == 2)
             continue; /* someone's indirect part, or no leak of its own */
         cs_finding ind;
-        if (v[i].ns == CS_NS_DLPACK && v[i].what == 0)
+        memset(&ind, 0, sizeof ind);
+        if ((v[i].ns == CS_NS_DLPACK || v[i].ns == CS_NS_ARROW) && v[i].what == 0)
             gather_indirect(lc, v, nv, i, &ind);
         stripe *st = ot_stripe_of(lc, v[i].key);
         ot_lock(lc, st);
@@ -296,8 +306,10 @@ int cs_lc_finish(cs_lifecycle *lc, int how)
             } else if (o->ns == CS_NS_ARROW) {
                 /* moved out (or a stream's result) and never released, or
                  * its capsule never died */
+                lc->indirect = ind.nindirect ? &ind : NULL;
                 ot_report(lc, NULL, CS_KIND_ARROW_LEAK, o, NULL,
                           o->state == CS_ST_CONSUMED ? CS_LEAK_CONSUMED : CS_LEAK_NEVER_CONSUMED, 0);
+                lc->indirect = NULL;
             } else {
                 report_tensor_leak(lc, o,
                                    (o->flags & OF_DROPPED)        ? CS_LEAK_SHUTDOWN

@@ -165,3 +165,32 @@ def test_uninitialized_pyarrow_objects_at_exit(tmp_path, apy):
     res = run_capsan(SCENARIOS / "ar_uninit_objects.py", tmp_path, interpreter=apy)
     assert "end 5" in res.stdout and res.returncode == 0, res.describe()
     assert findings(res.report) == [], res.describe()
+
+
+# ---- issue 37 path 5: a Rust producer's stream moved out and dropped ----
+DROPPED = SCENARIOS / "ar_stream_dropped.py"
+
+
+def test_polars_stream_dropped_by_its_holder(tmp_path, apy):
+    """A C reader moves polars' stream (made in Rust) out of its capsule
+    into a heap holder, reads one batch and frees the holder without
+    calling release: one arrow-leak of the stream, at the reader's line,
+    with the NumPy buffer polars shares zero-copy as its indirect part
+    (no numpy-leak of its own). The freed holder's stale bytes are no
+    holder: capsan saw the stream called through it, and its free."""
+    res = run_capsan(DROPPED, tmp_path, interpreter=apy, args=["bug"])
+    assert res.returncode != 0 and "done" in res.stdout, res.describe()
+    f = assert_finding_at(res, "arrow-leak", DROPPED, "consume", event="move")
+    assert f["severity"] == "error" and f["object"]["type"] == "ArrowArrayStream", f
+    assert f["indirect_objects"] == 1 and f["indirect_bytes"] == 800000, f
+    assert f["indirect"][0]["kind"] == "numpy-leak", f
+    alloc = [fr for fr in f["indirect"][0]["events"][0]["stack"] if fr["python"]]
+    assert alloc and alloc[0]["line"] == marker_line(DROPPED, "buffer"), alloc
+    assert kinds(res.report) == {"arrow-leak"}, res.describe()
+    assert len(findings(res.report)) == 1, res.describe()
+
+
+def test_polars_stream_released_by_its_reader_is_clean(tmp_path, apy):
+    res = run_capsan(DROPPED, tmp_path, interpreter=apy, args=["fixed"])
+    assert res.returncode == 0 and "done" in res.stdout, res.describe()
+    assert findings(res.report) == [], res.describe()

@@ -34,3 +34,46 @@ def test_image_kept_alive_by_its_tensor_is_clean(tmp_path, anypy):
     res = run_capsan(S, tmp_path, interpreter=anypy, args=["fixed"])
     assert res.returncode == 0 and "first 1.0" in res.stdout, res.describe()
     assert findings(res.report) == [], summarize(res.report)
+
+
+# ---- issue 37 path 3: the tensor's data inside a larger block ----
+A = SCENARIOS / "np_arena_frames.py"
+# torch is in Debian's 3.11 (1.13) and the cp311 venv (2.13)
+TORCH_TAGS = {"static", "shared", "cp311"}
+
+
+def _arena_args(request, consumer):
+    if consumer == "torch" and request.node.callspec.params["anypy"] not in TORCH_TAGS:
+        pytest.skip("no torch in this interpreter's stack")
+    return [consumer]
+
+
+@pytest.mark.parametrize("consumer", ["c", "torch"])
+def test_arena_freed_whole_under_the_consumer(tmp_path, anypy, consumer, request):
+    """A NEP 49 arena frees its one backing block while a frame carved
+    1 KiB into it is still held by a DLPack consumer: the free of a block
+    that starts far before the tensor's data is found (the consumed-data
+    index's ordered walk), at the arena's close, with the consume line.
+    The arena's first piece shares the backing array's address: no
+    numpy-double-free or numpy-stale-handler for it."""
+    res = run_capsan(A, tmp_path, interpreter=anypy, args=["bug"] + _arena_args(request, consumer))
+    assert res.returncode == DEFAULT_EXITCODE and "done" in res.stdout, res.describe()
+    f = assert_finding_at(res, "dlpack-data-freed", A, "close", event="free")
+    assert f["severity"] == "error"
+    # torch's from_dlpack is Python: the script's line is the caller's frame
+    consume = "consume-torch" if consumer == "torch" else "consume"
+    assert_finding_at(res, "dlpack-data-freed", A, consume, event="consume",
+                      innermost=consumer == "c")
+    assert kinds(res.report) == {"dlpack-data-freed"}, summarize(res.report)
+    assert len(findings(res.report)) == 1, summarize(res.report)
+
+
+@pytest.mark.parametrize("consumer", ["c", "torch"])
+def test_arena_kept_until_released_is_clean(tmp_path, anypy, consumer, request):
+    """The consumer lets go before the arena closes: nothing, though the
+    arena hands its start out again while the backing array lives (two
+    live NumPy blocks at one address, each freed through its own handler)."""
+    res = run_capsan(A, tmp_path, interpreter=anypy,
+                     args=["fixed"] + _arena_args(request, consumer))
+    assert res.returncode == 0 and "done" in res.stdout, res.describe()
+    assert findings(res.report) == [], summarize(res.report)

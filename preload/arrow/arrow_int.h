@@ -53,6 +53,8 @@ typedef struct ar_rec {
     struct ar_rec *kids, *sib; /* its kids; the next of its parent's */
     struct ar_rec *root;       /* a kid's exported struct */
     int32_t idx;               /* a kid's index among its parent's children, -1 the dictionary */
+    void *at;                  /* a stream's holder, last called through (arrow_home.c) */
+    _Atomic uint8_t data_said; /* a stream's batch data address was told */
     uint8_t kid;
     uint8_t expect;            /* its parent's release must release it (set as that starts) */
 } ar_rec;

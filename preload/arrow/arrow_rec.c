@@ -46,12 +46,16 @@ ar_rec *cs_ar_rec_alloc(int type)
         }
         if (nchunks < capchunks)
             chunks[nchunks++] = c;
-        for (int i = CHUNK - 1; i >= 1; i--) {
+        /* c[0] is never handed out: a record whose address is its chunk's
+         * start (or the end of the chunk mapped just below) would have a
+         * copy in every list of address ranges, the exit scan's own among
+         * them, and look held by it */
+        for (int i = CHUNK - 1; i >= 2; i--) {
             c[i].next_free = free_list;
             free_list = &c[i];
         }
         cs_spin_unlock(&pool_mu);
-        r = &c[0];
+        r = &c[1];
     }
     memset(r, 0, sizeof *r);
     r->type = (uint8_t)type;

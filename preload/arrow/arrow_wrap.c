@@ -4,6 +4,7 @@
  * One file: wrapping puts the trampolines in, a release puts them back
  * and a stream callback wraps the struct it hands out. */
 #include "arrow_wrap.h"
+#include "arrow_home.h"
 
 #include <errno.h>
 #include <stdatomic.h>
@@ -176,6 +177,8 @@ static void release_body(void *self, int type, const uintptr_t *slot)
         r->kids = NULL;
         kids_judge(kids, &ev);
     }
+    if (L->stream)
+        cs_ar_home_forget(r);
     /* a kid released as it should be is no event: only its root's is */
     if (!r->kid || (ev.aux & (CS_ARR_NOT_CLEARED | CS_ARR_KIDS_LEFT)))
         emit_from(&ev, slot);
@@ -192,6 +195,40 @@ static void release_array(void *s)
 }
 static void release_stream(void *s) { release_body(s, CS_AR_STREAM, CS_CALLER_SLOT()); }
 static void release_dstream(void *s) { release_body(s, CS_AR_DEVICE_STREAM, CS_CALLER_SLOT()); }
+
+/* The first data buffer of an array or of its first columns, 0 if none */
+static uint64_t first_data(const void *a, int depth)
+{
+    const layout *L = &lay[CS_AR_ARRAY];
+    if (!cs_probe_read(a, L->size) || !FIELD(a, L->rel))
+        return 0;
+    int64_t nb = *(const int64_t *)((const char *)a + 24), nc = *(const int64_t *)((const char *)a + 32);
+    const void *const *buf = FIELD(a, 40);
+    for (int64_t i = 1; buf && i < nb && i < 4; i++)
+        if (cs_probe_read(&buf[i], sizeof buf[i]) && buf[i])
+            return (uint64_t)(uintptr_t)buf[i];
+    void *const *kids = FIELD(a, 48);
+    for (int64_t i = 0; depth < 4 && kids && i < nc && i < 8; i++)
+        if (cs_probe_read(&kids[i], sizeof kids[i])) {
+            uint64_t d = first_data(kids[i], depth + 1);
+            if (d)
+                return d;
+        }
+    return 0;
+}
+
+/* A stream's first batch: where its data lies, once, so that memory the
+ * stream keeps alive (a NumPy block a producer shares zero-copy) is told
+ * as part of the stream's leak (an AR_CALL with b set, no misuse) */
+static void tell_data(ar_rec *r, void *out, int type, const uintptr_t *slot)
+{
+    (void)type; /* a device array starts with its ArrowArray */
+    uint64_t d = first_data(out, 0);
+    if (!d || atomic_exchange(&r->data_said, 1))
+        return;
+    cs_event ev = {.kind = CS_EV_AR_CALL, .obj = (uint64_t)(uintptr_t)r, .aux = 2, .b = d};
+    emit_from(&ev, slot);
+}
 
 /* R45, R46: a stream callback (k: 0 get_schema, 1 get_next, 2
  * get_last_error), on a copy with the producer's fields, on any thread */
@@ -234,6 +271,10 @@ static uintptr_t call_body(void *self, int type, int k, void *out, const uintptr
     if (FIELD(copy, L->pd) != r->pd)
         r->pd = FIELD(copy, L->pd); /* the producer keeps its state where it likes */
     atomic_fetch_sub(&r->in_call, 1);
+    if (!(aux & CS_ARC_RELEASED))
+        cs_ar_home_note(r, self);
+    if (k == 1 && rc == 0 && out && !atomic_load(&r->data_said))
+        tell_data(r, out, type, slot);
     if (k < 2 && rc == 0 && out && cs_opt.arrow_wrap)
         wrap_result(r, out,
                     k == 0 ? CS_AR_SCHEMA : type == CS_AR_STREAM ? CS_AR_ARRAY : CS_AR_DEVICE_ARRAY,

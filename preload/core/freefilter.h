@@ -30,6 +30,25 @@ static inline int cs_ff_hit(uintptr_t p)
     return __builtin_expect(atomic_load_explicit(&cs_ff_pages[cs_ff_page(p >> CS_FF_GRAIN)],
                                                  memory_order_relaxed) != 0, 0);
 }
+/* Consumed tensors whose data is watched now. A block whose start lies
+ * before the granule ahead of a data start's escapes the filter's counts
+ * (an arena freed whole, its pieces lent out): while this is nonzero, a
+ * free() of a block that reaches past the next granule is asked too
+ * (dataguard.h's cs_dg_big), and when it is zero that costs one load. */
+extern _Atomic uint32_t cs_ff_watched;
+static inline int cs_ff_any(void)
+{
+    return __builtin_expect(atomic_load_explicit(&cs_ff_watched, memory_order_relaxed) != 0, 0);
+}
+/* free()'s test: p's slot counts, or some consumed tensor is watched (one
+ * branch for both) */
+static inline int cs_ff_free_hit(uintptr_t p)
+{
+    uint32_t n = atomic_load_explicit(&cs_ff_pages[cs_ff_page(p >> CS_FF_GRAIN)],
+                                      memory_order_relaxed) |
+                 atomic_load_explicit(&cs_ff_watched, memory_order_relaxed);
+    return __builtin_expect(n != 0, 0);
+}
 /* From now on, a free() of a block at p passes the filter (for good). */
 void cs_ff_mark(uintptr_t p);
 /* the filter counts one more (+1) or one less (-1) at granule g */

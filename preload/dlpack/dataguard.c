@@ -12,6 +12,7 @@
 
 #include <dlfcn.h>
 #include <malloc.h>
+#include <string.h>
 
 #include "dataindex.h"
 #include "lifecycle.h"
@@ -21,9 +22,17 @@
 #include "xapi.h"
 #include "young.h"
 
+int cs_dg_glibc;
+
+size_t cs_dg_usable(uintptr_t p)
+{
+    return malloc_usable_size((void *)p);
+}
+
 static void watch(uint64_t key, uint64_t data, uint64_t n, int sign)
 {
     (void)n;
+    atomic_fetch_add_explicit(&cs_ff_watched, (uint32_t)sign, memory_order_relaxed);
     if (sign > 0)
         cs_di_add(data, key);
     else
@@ -36,6 +45,11 @@ static void watch(uint64_t key, uint64_t data, uint64_t n, int sign)
 
 void cs_dg_init(void)
 {
+    /* glibc's malloc, not one the program brings (jemalloc, mimalloc...):
+     * then a block's size is read in its chunk header */
+    Dl_info di;
+    void *m = dlsym(RTLD_DEFAULT, "malloc");
+    cs_dg_glibc = m && dladdr(m, &di) && di.dli_fname && strstr(di.dli_fname, "/libc.so");
     cs_lc_data_watch = watch;
 }
 
@@ -49,15 +63,23 @@ void cs_dg_check_slow(uintptr_t p, unsigned how)
      * block's size is asked (most blocks that pass hold none). */
     uint64_t hit[8];
     uint64_t near = (((uint64_t)p >> CS_FF_GRAIN) + 2) << CS_FF_GRAIN;
-    size_t nh = cs_di_starts_in(p, near, hit, 8);
-    if (!nh)
-        return;
-    /* the block being freed: all of it for malloc's, p itself otherwise */
-    size_t span = how == CS_FREED_LIBC ? malloc_usable_size((void *)p) : 1;
-    if (!span)
-        span = 1;
-    if (span < near - p)
-        nh = cs_di_starts_in(p, p + span, hit, 8);
+    size_t nh;
+    if (how == CS_FREED_LIBC && cs_dg_big(p)) {
+        /* a block that reaches past the filter's granules: every start in
+         * it, found in the index's order (an arena freed whole) */
+        size_t span = malloc_usable_size((void *)p);
+        nh = cs_di_starts_in(p, p + (span ? span : 1), hit, 8);
+    } else {
+        nh = cs_di_starts_in(p, near, hit, 8);
+        if (!nh)
+            return;
+        /* the block being freed: all of it for malloc's, p itself otherwise */
+        size_t span = how == CS_FREED_LIBC ? malloc_usable_size((void *)p) : 1;
+        if (!span)
+            span = 1;
+        if (span < near - p)
+            nh = cs_di_starts_in(p, p + span, hit, 8);
+    }
     for (size_t k = 0; k < nh; k++) {
         cs_young_dl_adopt(hit[k]); /* the event goes to the lifecycle */
         /* a view is the caller's only while its call lasts (R53) */

@@ -1,8 +1,10 @@
 /* The consumed-data index (see dataindex.h): a hash of 256-byte granules
- * of data starts, each bucket a chain of (start, tensor, count) entries.
- * Entries come from mmap'd chunks and go back to a free list, never to
- * free(): capsan's free() hook reads this index, and the process's
- * allocator may be the program's own. */
+ * of data starts, each bucket a chain of (start, tensor, count) entries,
+ * and the same entries in a treap ordered by (start, tensor): a range of
+ * a few granules is a few bucket lookups, a big block's range (an arena
+ * freed whole) a walk down the treap, O(log n). Entries come from mmap'd
+ * chunks and go back to a free list, never to free(): capsan's free() hook
+ * reads this index, and the process's allocator may be the program's own. */
 #include "dataindex.h"
 
 #include <sys/mman.h>
@@ -14,13 +16,15 @@
 #define NB (1u << NB_BITS)
 #define CHUNK_BITS 12              /* entries a chunk */
 #define NCHUNKS 4096               /* up to 16M entries */
-/* a range of more granules than this is looked up bucket by bucket */
-#define MAX_GRANULES 64
+/* a range of fewer granules than this is looked up bucket by bucket, a
+ * longer one in the treap */
+#define MAX_GRANULES 4
 
 typedef struct entry {
     uint64_t data, key;
     uint32_t n;    /* times added less times removed */
     uint32_t next; /* the chain's (or the free list's) next, 0 = none */
+    uint32_t l, r; /* the treap's children, 0 = none */
 } entry;
 
 static cs_spin mu = CS_SPIN_INIT;
@@ -28,6 +32,8 @@ static uint32_t head[NB];
 static entry *chunks[NCHUNKS];
 static uint32_t nused = 1; /* entry 0 is "none" */
 static uint32_t free_list;
+static uint32_t root; /* the treap's */
+_Atomic uint64_t cs_di_lo = UINT64_MAX, cs_di_hi;
 
 static inline unsigned bucket_of(uint64_t granule)
 {
@@ -59,6 +65,83 @@ static uint32_t entry_new(void)
     return nused++;
 }
 
+/* ---- the treap: ordered by (data, key), heap-ordered by a hash of the
+ * entry's index (a fixed pseudo-random priority) ---- */
+static inline uint32_t prio(uint32_t i)
+{
+    return (uint32_t)(((uint64_t)i * 0x9e3779b97f4a7c15ull) >> 32);
+}
+
+static inline int before(const entry *e, uint64_t data, uint64_t key)
+{
+    return e->data < data || (e->data == data && e->key < key);
+}
+
+/* t's entries before (data, key) into *lo, the rest into *hi */
+static void split(uint32_t t, uint64_t data, uint64_t key, uint32_t *lo, uint32_t *hi)
+{
+    if (!t) {
+        *lo = *hi = 0;
+    } else if (before(at(t), data, key)) {
+        split(at(t)->r, data, key, &at(t)->r, hi);
+        *lo = t;
+    } else {
+        split(at(t)->l, data, key, lo, &at(t)->l);
+        *hi = t;
+    }
+}
+
+/* every entry of a before every entry of b */
+static uint32_t merge(uint32_t a, uint32_t b)
+{
+    if (!a || !b)
+        return a ? a : b;
+    if (prio(a) > prio(b)) {
+        at(a)->r = merge(at(a)->r, b);
+        return a;
+    }
+    at(b)->l = merge(a, at(b)->l);
+    return b;
+}
+
+static void tree_add(uint32_t i)
+{
+    uint32_t lo, hi;
+    at(i)->l = at(i)->r = 0;
+    split(root, at(i)->data, at(i)->key, &lo, &hi);
+    root = merge(merge(lo, i), hi);
+}
+
+static void tree_remove(uint32_t i)
+{
+    uint32_t *link = &root;
+    while (*link && *link != i)
+        link = before(at(*link), at(i)->data, at(i)->key) ? &at(*link)->r : &at(*link)->l;
+    if (*link)
+        *link = merge(at(i)->l, at(i)->r);
+}
+
+static size_t put(uint64_t key, uint64_t *keys, size_t n, size_t max);
+
+/* the keys of entries in t whose start lies in [lo, hi) */
+static size_t tree_range(uint32_t t, uint64_t lo, uint64_t hi, uint64_t *keys, size_t n,
+                         size_t max)
+{
+    while (t && n < max) {
+        const entry *e = at(t);
+        if (e->data < lo) {
+            t = e->r;
+        } else if (e->data >= hi) {
+            t = e->l;
+        } else {
+            n = tree_range(e->l, lo, hi, keys, n, max);
+            n = put(e->key, keys, n, max);
+            t = e->r;
+        }
+    }
+    return n;
+}
+
 void cs_di_add(uint64_t data, uint64_t key)
 {
     unsigned b = bucket_of(data >> GRAIN);
@@ -73,6 +156,11 @@ void cs_di_add(uint64_t data, uint64_t key)
     if (i) { /* out of entries: that tensor's data goes unwatched */
         *at(i) = (entry){.data = data, .key = key, .n = 1, .next = head[b]};
         head[b] = i;
+        tree_add(i);
+        if (data < atomic_load_explicit(&cs_di_lo, memory_order_relaxed))
+            atomic_store_explicit(&cs_di_lo, data, memory_order_relaxed);
+        if (data > atomic_load_explicit(&cs_di_hi, memory_order_relaxed))
+            atomic_store_explicit(&cs_di_hi, data, memory_order_relaxed);
     }
     cs_spin_unlock(&mu);
 }
@@ -86,10 +174,15 @@ void cs_di_remove(uint64_t data, uint64_t key)
         if (e->data != data || e->key != key)
             continue;
         if (--e->n == 0) {
+            tree_remove(i);
             *link = e->next;
             e->key = e->data = 0; /* no stale key for anyone to find */
             e->next = free_list;
             free_list = i;
+            if (!root) { /* nothing indexed: no hull */
+                atomic_store_explicit(&cs_di_lo, UINT64_MAX, memory_order_relaxed);
+                atomic_store_explicit(&cs_di_hi, 0, memory_order_relaxed);
+            }
         }
         break;
     }
@@ -123,12 +216,7 @@ size_t cs_di_starts_in(uint64_t lo, uint64_t hi, uint64_t *keys, size_t max)
                     n = put(e->key, keys, n, max);
             }
     } else {
-        for (unsigned b = 0; b < NB; b++)
-            for (uint32_t i = head[b]; i; i = at(i)->next) {
-                const entry *e = at(i);
-                if (e->data >= lo && e->data < hi)
-                    n = put(e->key, keys, n, max);
-            }
+        n = tree_range(root, lo, hi, keys, n, max);
     }
     cs_spin_unlock(&mu);
     return n;

@@ -8,8 +8,14 @@
 #ifndef CAPSAN_DATAINDEX_H
 #define CAPSAN_DATAINDEX_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+
+/* The lowest and highest data start indexed (while any is: the hull only
+ * widens until the index is empty). free()'s hook reads them, unlocked, to
+ * let a block that lies outside them go on at once. */
+extern _Atomic uint64_t cs_di_lo, cs_di_hi;
 
 /* tensor `key`'s data starts at `data` (counted: the same pair may be
  * added twice while a tensor moves from a thread's young table to the

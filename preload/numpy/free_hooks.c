@@ -3,6 +3,7 @@
  * struct), and array_dealloc's free() of data no handler made, its call
  * sites learned from numpy's code once numpy is imported. */
 #include "numpy_int.h"
+#include "arrow_home.h"
 #include "dataguard.h"
 #include "npwrap.h"
 
@@ -225,7 +226,13 @@ static inline int is_free_site(uintptr_t site)
 /* past the free() filter: a consumed tensor's data, a handler's ctx */
 static __attribute__((noinline)) void free_watched(uintptr_t a)
 {
-    cs_dg_check_slow(a, CS_FREED_LIBC); /* a consumed tensor's data (dataguard.c) */
+    /* a consumed tensor's data (dataguard.c): near a data start, or a
+     * block that reaches one further on */
+    if (cs_ff_hit(a) || cs_dg_big(a))
+        cs_dg_check_slow(a, CS_FREED_LIBC);
+    /* the holder of a moved Arrow stream (arrow_home.c) */
+    if (atomic_load_explicit(&cs_ar_nhomes, memory_order_relaxed) && cs_ff_hit(a))
+        cs_ar_home_freed(a);
     unsigned b = ctx_bit(a);
     /* free(NULL) frees nothing: a handler whose ctx is NULL (numpy's
      * default) is not stale because another ctx shares NULL's filter bit */
@@ -237,7 +244,9 @@ static inline __attribute__((always_inline)) int free_checks(void *p)
 {
     uintptr_t a = (uintptr_t)p;
     cs_frees++;
-    if (cs_ff_hit(a))
+    /* a block near a consumed tensor's data start, or any while a tensor
+     * is consumed (it may be an arena, freed whole) */
+    if (cs_ff_free_hit(a))
         free_watched(a);
     /* a released managed struct: its free waits (quarantine.c) */
     return cs_qr_take(p, CS_FREED_LIBC);

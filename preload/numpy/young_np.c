@@ -101,7 +101,13 @@ int cs_young_alloc(cs_thread *t, cs_event *ev)
     cs_spin_lock(&y->mu);
     unsigned i = young_place(ev->obj, YOUNG_BITS);
     cs_event *e = &y->blk[i];
-    if (e->obj == ev->obj) {
+    if (e->obj == ev->obj && e->c && ev->c && e->c != ev->c) {
+        /* another handler's block at the same address: a piece carved
+         * out of the live one (an arena's first). The table keeps both */
+        adopt_live(y, i);
+        cs_spin_unlock(&y->mu);
+        return 0;
+    } else if (e->obj == ev->obj) {
         /* tracked again without a free (numpy's realloc in place): the
          * old block is gone, as the lifecycle says of a missed free */
         young_add(&y->live, -1);
