@@ -96,6 +96,11 @@ const char *cs_ar_event_phrase(const cs_finding *f, int i)
     case CS_EV_AR_REACHABLE:
         return ev->aux == CS_WHERE_THREAD
                  ? "held at the end by a Python thread still running (a daemon thread), which moved it last"
+               : ev->aux == CS_WHERE_THREAD_FRAMES
+                 ? "held at the end by a Python thread still running (a daemon thread), whose frames reach its capsule"
+               : ev->aux == CS_WHERE_MODULE_KEPT || ev->aux == CS_WHERE_PY_REACHED
+                 ? "held at the end: its capsule was still referenced by Python objects a module's globals "
+                   "reached at atexit (pytest's parameters, a library's cache)"
                  : "still referenced at the end: a copy of the struct is stored in the process's memory";
     }
     return "at";

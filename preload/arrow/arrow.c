@@ -33,6 +33,11 @@ void cs_ar_new(PyObject_ *cap, void *ptr, int type, int has_dtor, uint8_t gil_fl
     cs_emit(&ev, 1, NULL, NULL);
 }
 
+uint64_t cs_ar_capsule_key(const PyObject_ *cap)
+{
+    return (uint64_t)(uintptr_t)cs_ar_ctab_get(cap, 0);
+}
+
 /* R43: a consumer's read; the struct is wrapped at the first one */
 void cs_ar_read(PyObject_ *cap, void *ptr)
 {
