@@ -49,7 +49,7 @@ from pathlib import Path
 import pytest
 
 from conftest import (CAPSAN, LIBCAPSAN, SCENARIOS, base_env, capsan_report, current_python,
-                      no_core, require, summarize, trace_files)
+                      no_core, require, summarize, tagged_pythons, trace_files)
 
 sys.path.insert(0, str(SCENARIOS))
 from np_testlib import PYDIR  # noqa: E402
@@ -170,11 +170,13 @@ def counts(stdout):
     return {k: int(n) for n, k in re.findall(r"(\d+) (\w+)", last[-1])}
 
 
-def check_clean(cp, report, plugin, *, min_passed, min_tensors, mode, true=()):
+def check_clean(cp, report, plugin, *, min_passed, min_tensors, mode, true=(), min_arrow=0,
+                min_blocks=0):
     """The suite passed (failures none, errors none), capsan found nothing,
     and it watched real traffic: at least 3 * `min_tensors` events (a tensor
     is made, consumed and released), and
-    (capsan run's exit line) `min_tensors` DLPack tensors."""
+    (capsan run's exit line) `min_tensors` DLPack tensors, `min_blocks` NumPy
+    blocks and `min_arrow` Arrow structs."""
     assert cp.returncode == 0, cp.describe
     c = counts(cp.stdout)
     assert c.get("passed", 0) >= min_passed and not c.get("failed") and not c.get("error"), (
@@ -188,6 +190,10 @@ def check_clean(cp, report, plugin, *, min_passed, min_tensors, mode, true=()):
         m = re.search(r"capsan: no findings: (\d+) process\w* traced, (\d+) tensor", cp.stderr)
         assert m, "capsan run did not say what it watched\n" + cp.describe
         assert int(m.group(2)) >= min_tensors, f"only {m.group(2)} tensors\n{cp.describe}"
+        w = re.search(r"tensors?, (\d+) NumPy blocks? and (\d+) Arrow struct", cp.stderr)
+        assert w, "capsan run did not say what it watched\n" + cp.describe
+        assert int(w.group(1)) >= min_blocks, f"only {w.group(1)} NumPy blocks\n{cp.describe}"
+        assert int(w.group(2)) >= min_arrow, f"only {w.group(2)} Arrow structs\n{cp.describe}"
     if plugin is not None:
         assert len(plugin["tests"]) >= min_passed, cp.describe
         bad = {t["nodeid"]: t["findings"] for t in plugin["tests"] if t["findings"]}
@@ -295,3 +301,78 @@ def test_pyarrow_test_dlpack(tmp_path, mode):
     c = check_clean(cp, report, plugin, min_passed=140, min_tensors=100, mode=mode)
     if mode == "late":
         same_as_native(tmp_path, py, [test], c, cwd=tmp_path)
+
+
+# ---- the Arrow peers' suites (issue 37): the test files the wheels ship,
+# in the pinned Arrow venv (.ci/arrowvenvs, make arrow-venvs), whose pins
+# upstream_files-like checks below compare with the installed versions
+
+ARROW_VENVS = tagged_pythons("arrowvenvs.txt")
+ARROW_PINS = {"pyarrow": "26.0.1", "pandas": "3.1.1"}
+
+
+def arrow_python(dists):
+    py = ARROW_VENVS.get("cp311")
+    if py is None:
+        pytest.skip("no Arrow cp311 venv (make arrow-venvs; .ci/arrowvenvs)")
+    for dist in dists:
+        got = installed_version(py, dist)
+        assert got == ARROW_PINS[dist], (f"{py} has {dist} {got}; this suite pins "
+                                         f"{ARROW_PINS[dist]} (.ci/arrowvenvs and ARROW_PINS together)")
+    return py
+
+
+def site_dir(py, module) -> Path:
+    cp = subprocess.run([str(py), "-c", f"import {module}, os; print(os.path.dirname({module}.__file__))"],
+                        capture_output=True, text=True, timeout=120, env=base_env())
+    assert cp.returncode == 0, cp.stderr
+    return Path(cp.stdout.strip())
+
+
+# pyarrow's own tests of the PyCapsule interface: __arrow_c_schema__,
+# __arrow_c_array__, __arrow_c_stream__ and their imports, of arrays,
+# chunked arrays, record batches, tables, types, fields and schemas, and
+# the C data interface through cffi
+PYARROW_CAPSULE_K = "c_array or c_stream or c_schema or capsule or cffi"
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_pyarrow_capsule_interface(tmp_path, mode):
+    py = arrow_python(["pyarrow"])
+    t = site_dir(py, "pyarrow") / "tests"
+    files = [t / "test_array.py", t / "test_table.py", t / "test_types.py", t / "test_cffi.py",
+             "-k", PYARROW_CAPSULE_K]
+    cp, report, plugin = run_suite(tmp_path, py, files, mode=mode, cwd=tmp_path)
+    c = check_clean(cp, report, plugin, min_passed=40, min_tensors=0, mode=mode, min_arrow=100)
+    if mode == "late":
+        same_as_native(tmp_path, py, files, c, cwd=tmp_path)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_pandas_arrow_interface(tmp_path, mode):
+    """pandas' tests of the Arrow PyCapsule interface (DataFrame and Series
+    __arrow_c_stream__ / from_arrow) and of the dataframe interchange
+    protocol, as the wheel ships them."""
+    py = arrow_python(["pandas", "pyarrow"])
+    t = site_dir(py, "pandas") / "tests"
+    files = [t / "series" / "test_arrow_interface.py", t / "frame" / "test_arrow_interface.py",
+             t / "interchange"]
+    cp, report, plugin = run_suite(tmp_path, py, files, mode=mode, cwd=tmp_path)
+    c = check_clean(cp, report, plugin, min_passed=150, min_tensors=0, mode=mode, min_arrow=40)
+    if mode == "late":
+        same_as_native(tmp_path, py, files, c, cwd=tmp_path)
+
+
+def test_numpy_test_numeric_under_capsan_run(tmp_path):
+    """numpy 2's test_numeric.py (the cp311 venv's wheel): a test class
+    whose setup keeps arrays on self, and arrays made at collection as
+    parametrize values, which pytest's items hold to the end of the session
+    and past finalization. They are held, not leaked (issue 37 path 8: 42
+    numpy-leak errors before)."""
+    py = venv_python()
+    tests = site_dir(py, "numpy") / "_core" / "tests"
+    from test_numpy_suites import hypothesis_path
+    deps = [d for d in [hypothesis_path(py, "cp311")] if d]
+    cp, report, plugin = run_suite(tmp_path, py, [tests / "test_numeric.py"], mode="run",
+                                   cwd=tmp_path, pythonpath=deps)
+    check_clean(cp, report, plugin, min_passed=1000, min_tensors=0, mode="run", min_blocks=10000)
