@@ -73,6 +73,20 @@ ARRO3 = Upstream(
     # NOT the 0.9.1 release's commit: the newest of the stored snapshot
     # ("Prepare 0.8.1"), which lacks the tag
     "7cfe579", ("tests/core",))
+DUCKDB = Upstream(
+    "duckdb", "duckdb", "2.0.1", "duckdb/duckdb-python", "v2.0.1",
+    # NOT the 2.0.1 release's commit: the newest of the stored snapshot
+    # (after v1.5.5), which lacks the tag
+    "6239d16", ("tests/conftest.py", "tests/fast/arrow/test_arrow_pycapsule.py"))
+POLARS = Upstream(
+    "polars", "polars", "2.1.0", "pola-rs/polars", "py-2.1.0",
+    # NOT the 2.1.0 release's commit: the newest of the stored snapshot
+    # (after py-1.39.3), which lacks the tag
+    "4db92c12c0",
+    ("py-polars/tests/__init__.py", "py-polars/tests/unit/__init__.py",
+     "py-polars/tests/unit/conftest.py", "py-polars/tests/unit/utils",
+     "py-polars/tests/unit/interop/__init__.py", "py-polars/tests/unit/interop/test_interop.py",
+     "py-polars/tests/unit/interop/test_arrow_stream_error.py"))
 
 
 class Unavailable(Exception):
