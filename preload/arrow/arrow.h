@@ -41,8 +41,9 @@ void cs_ar_renamed(PyObject_ *cap);
 void cs_ar_bad_name(PyObject_ *cap, const char *name, void *ret, uint8_t gil_flags);
 
 /* The record of a live Arrow capsule as its events name it (obj), 0 if
- * capsan does not follow it: for the exit's walk of what Python reaches
- * (pyreach.c). */
+ * capsan does not follow it or its struct was moved out (the capsule holds
+ * it no more): for the exit's walk of what Python reaches (pyreach.c).
+ * GIL held. */
 uint64_t cs_ar_capsule_key(const PyObject_ *cap);
 
 /* capsan's own memory that holds records (for a reachability scan;
