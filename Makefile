@@ -165,12 +165,14 @@ test-py:
 check-numpy: all fixtures fixtures-current
 	@cd tests && CAPSAN_CHECK_NUMPY=1 $(PYTHON) -m pytest -q -p no:cacheprovider test_numpy_suites.py $(PYTEST_ARGS)
 
-# upstream DLPack suites under capsan, at the installed releases: torch's
-# test_dlpack.py, JAX's interoperability tests, tvm-ffi's DLPack tests (cp311
-# venv) and pyarrow's test_dlpack.py (a private pinned venv), and numpy's
-# (test_numpy_suites.py, as in make test); the upstream files are
-# obtained into ~/.cache/capsan/upstream (tests/upstream_sources.py)
-check-upstream: all fixtures fixtures-current
+# upstream DLPack and Arrow suites under capsan, at the installed releases:
+# torch's test_dlpack.py, JAX's interoperability tests, tvm-ffi's DLPack tests
+# (cp311 venv), pyarrow's test_dlpack.py (a private pinned venv), numpy's
+# (test_numpy_suites.py, as in make test, and test_numeric.py), and the
+# Arrow peers' (pyarrow, pandas, nanoarrow, arro3-core, duckdb, polars; the
+# Arrow cp311 venv; docs/findings.md lists their true findings); the upstream
+# files are obtained into ~/.cache/capsan/upstream (tests/upstream_sources.py)
+check-upstream: all fixtures fixtures-current arrow-venvs
 	@cd tests && CAPSAN_CHECK_UPSTREAM=1 $(PYTHON) -m pytest -q -p no:cacheprovider test_upstream_suites.py test_numpy_suites.py $(PYTEST_ARGS)
 
 # `pip install .` into a fresh venv of every CPython 3.10-3.13 that .ci/venvs

@@ -96,6 +96,11 @@ const char *cs_ar_event_phrase(const cs_finding *f, int i)
     case CS_EV_AR_REACHABLE:
         return ev->aux == CS_WHERE_THREAD
                  ? "held at the end by a Python thread still running (a daemon thread), which moved it last"
+               : ev->aux == CS_WHERE_THREAD_FRAMES
+                 ? "held at the end by a Python thread still running (a daemon thread), whose frames reach its capsule"
+               : ev->aux == CS_WHERE_MODULE_KEPT || ev->aux == CS_WHERE_PY_REACHED
+                 ? "held at the end: its capsule was still referenced by Python objects a module's globals "
+                   "reached at atexit (pytest's parameters, a library's cache)"
                  : "still referenced at the end: a copy of the struct is stored in the process's memory";
     }
     return "at";
@@ -202,9 +207,15 @@ const char *cs_ar_message(const cs_finding *f, char *buf, size_t n)
         int released = 0;
         for (int i = 0; i < f->nevents; i++)
             released |= f->events[i].kind == CS_EV_AR_RELEASE;
+        /* the advice is about the second hand-over, which capsan saw; what
+         * the consumer then did with the empty struct it cannot see here (a
+         * call through it is an arrow-use-after-release of its own) */
         snprintf(buf, n, "%s %#llx consumed again after it was %s (R43): a capsule can be "
-                 "consumed once, and consumers must check release != NULL first (polars reads "
-                 "a moved array as empty, arro3 panics)", t, p, released ? "released" : "moved out");
+                 "consumed once, and this one was handed to a consumer again; give each "
+                 "consumer a capsule of its own (call __arrow_c_*__ again). A consumer that "
+                 "checks release != NULL refuses it (duckdb raises \"already released\"); one "
+                 "that does not reads an empty struct (polars) or panics (arro3)",
+                 t, p, released ? "released" : "moved out");
         break;
     }
     case CS_KIND_ARROW_USE_AFTER_RELEASE:

@@ -120,6 +120,9 @@ const char *cs_event_phrase(const cs_finding *f, int i)
                : ev->aux == CS_WHERE_MODULE_KEPT
                  ? "held at the end by a module's globals, which the interpreter never cleared (a function "
                    "registered with a library, such as a hook, keeps them alive)"
+               : ev->aux == CS_WHERE_PY_REACHED
+                 ? "held at the end by Python objects that outlived finalization (a module's globals reached "
+                   "it at atexit: pytest's items, a library's cache)"
                  : "still referenced at the end: its address is stored in the process's memory";
     case CS_EV_NP_WRAP:
         return ev->a == ev->obj ? "array made around this memory at"
@@ -487,6 +490,7 @@ static const struct {
     [CS_WHERE_THREAD_FRAMES] = {"thread-frames", "the frames of a Python thread still running at exit"},
     [CS_WHERE_ARROW_BUFFER] = {"arrow-buffer", "a pyarrow buffer a module reached at exit"},
     [CS_WHERE_MODULE_KEPT] = {"module-globals", "a module's globals, never cleared"},
+    [CS_WHERE_PY_REACHED] = {"python-objects", "Python objects that outlived finalization"},
 };
 
 const char *cs_where_text(unsigned region)

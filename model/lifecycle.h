@@ -159,6 +159,10 @@ int cs_lc_report_live(cs_lifecycle *lc, int ns, uint64_t origin_c, uint64_t sinc
  * judge leaked if they stayed alive (not held, not module data), sorted,
  * into a malloc'd *out the caller frees; returns how many. */
 size_t cs_lc_exit_candidates(cs_lifecycle *lc, int ns, uint64_t **out);
+/* Whether the live NumPy block key holds the data of a tensor whose deleter
+ * declined at shutdown (CS_EV_DROPPED): that, not a Python object, is what
+ * keeps it. */
+int cs_lc_block_kept_at_shutdown(cs_lifecycle *lc, uint64_t key);
 /* The same for _exit (CS_END_QUICK_EXIT): what this process made (not what
  * it inherited when it forked) and is still alive. */
 size_t cs_lc_quick_exit_candidates(cs_lifecycle *lc, int ns, uint64_t **out);

@@ -18,6 +18,8 @@
 #define AF_READ (1u << 24)       /* a consumer read it while it was set */
 #define AF_MISUSE (1u << 25)     /* arrow-stream-misuse already reported */
 #define AF_UNFOLLOWED (1u << 26) /* arrow_wrap=0: releases are not seen */
+#define AF_EMPTY (1u << 27)      /* arrow-bad-struct (released when first read) already
+                                  * reported: one struct, one finding, however often read */
 
 /* Released: a tombstone. Arrow structs are not counted in the tensor and
  * block totals (ot_count), so none is taken off them; their births are
@@ -57,8 +59,10 @@ static unsigned on_borrow(cs_lifecycle *lc, stripe *st, obj *o, const cs_event *
     }
     if ((o->flags & AF_READ) || o->state != CS_ST_CREATED)
         ot_report(lc, j, CS_KIND_ARROW_RECONSUME, o, ev, 0, 0);
-    else
+    else if (!(o->flags & AF_EMPTY)) {
+        o->flags |= AF_EMPTY;
         ot_report(lc, j, CS_KIND_ARROW_BAD_STRUCT, o, ev, CS_ARK_RELEASED, 0);
+    }
     ot_hist_add(st, o, ev, j);
     return 0;
 }

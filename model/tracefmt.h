@@ -188,6 +188,9 @@ enum cs_where {
                                 * around its array (zero-copy), a = the buffer's address */
     CS_WHERE_MODULE_KEPT = 8, /* at atexit, a module's globals reached its array, and the
                                * interpreter never cleared them */
+    CS_WHERE_PY_REACHED = 9, /* at atexit, a module's globals reached it, and it outlived
+                              * their clearing: an object that survived finalization
+                              * (pytest's items, a library's cache) still holds it */
 };
 
 typedef struct cs_event {

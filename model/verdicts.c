@@ -80,6 +80,16 @@ static int leaked_at_exit(cs_lifecycle *lc, const obj *o)
 
 static int judged_at_exit(const obj *o, void *ud) { return leaked_at_exit(ud, o); }
 
+int cs_lc_block_kept_at_shutdown(cs_lifecycle *lc, uint64_t key)
+{
+    stripe *st = ot_stripe_of(lc, key);
+    ot_lock(lc, st);
+    obj *o = ot_find(st, key, CS_NS_NUMPY);
+    uint64_t end = o ? ot_block_end(o) : 0;
+    ot_unlock(lc, st);
+    return o && ot_kept_at_shutdown(lc, key, end);
+}
+
 size_t cs_lc_exit_candidates(cs_lifecycle *lc, int ns, uint64_t **out)
 {
     return ot_live_keys(lc, ns, judged_at_exit, lc, out);

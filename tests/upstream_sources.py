@@ -62,6 +62,32 @@ TVM_FFI = Upstream(
     sdist=("apache_tvm_ffi-0.1.15.post2.tar.gz",
            "909be9ef5af07726aa9afd38a3111abc4d86cfd5927ebedfa9166232ce7d287b"))
 
+NANOARROW = Upstream(
+    "nanoarrow", "nanoarrow", "0.9.0", "apache/arrow-nanoarrow", "apache-arrow-nanoarrow-0.9.0",
+    # NOT the 0.9.0 tag's commit: the newest commit of the stored snapshot
+    # (/work/.mirror, after 0.9.0.dev; python/tests last changed in f883fbb),
+    # which lacks the tag; its sdist ships no tests without a meson build
+    "c0eb931d", ("python/tests",))
+ARRO3 = Upstream(
+    "arro3", "arro3-core", "0.9.1", "kylebarron/arro3", "py-v0.9.1",
+    # NOT the 0.9.1 release's commit: the newest of the stored snapshot
+    # ("Prepare 0.8.1"), which lacks the tag
+    "7cfe579", ("tests/core",))
+DUCKDB = Upstream(
+    "duckdb", "duckdb", "2.0.1", "duckdb/duckdb-python", "v2.0.1",
+    # NOT the 2.0.1 release's commit: the newest of the stored snapshot
+    # (after v1.5.5), which lacks the tag
+    "6239d16", ("tests/conftest.py", "tests/fast/arrow/test_arrow_pycapsule.py"))
+POLARS = Upstream(
+    "polars", "polars", "2.1.0", "pola-rs/polars", "py-2.1.0",
+    # NOT the 2.1.0 release's commit: the newest of the stored snapshot
+    # (after py-1.39.3), which lacks the tag
+    "4db92c12c0",
+    ("py-polars/tests/__init__.py", "py-polars/tests/unit/__init__.py",
+     "py-polars/tests/unit/conftest.py", "py-polars/tests/unit/utils",
+     "py-polars/tests/unit/interop/__init__.py", "py-polars/tests/unit/interop/test_interop.py",
+     "py-polars/tests/unit/interop/test_arrow_stream_error.py"))
+
 
 class Unavailable(Exception):
     pass
@@ -93,7 +119,12 @@ def _from_git(up: Upstream, tried: list) -> dict | None:
             tried.append(f"git {d}: no commit {up.commit} ({up.tag}: {seen})")
             continue
         out = {}
+        # a folder among the paths stands for every file under it
+        names = []
         for p in up.paths:
+            ls = _git(d, "ls-tree", "-r", "--name-only", full, "--", p).stdout.decode().split()
+            names += ls or [p]
+        for p in names:
             show = _git(d, "show", f"{full}:{p}")
             if show.returncode != 0:
                 tried.append(f"git {d}: {full} has no {p}")
@@ -160,6 +191,8 @@ def _cached(up: Upstream, dest: Path) -> bool:
         if (dest / "SOURCE").read_text() != _source_line(up):
             return False
         for p in up.paths:
+            if (dest / p).is_dir():
+                continue  # a folder: what SOURCE's commit had under it
             data = (dest / p).read_bytes()
             if up.blobs.get(p) and blob_id(data) != up.blobs[p]:
                 return False

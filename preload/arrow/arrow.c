@@ -33,6 +33,23 @@ void cs_ar_new(PyObject_ *cap, void *ptr, int type, int has_dtor, uint8_t gil_fl
     cs_emit(&ev, 1, NULL, NULL);
 }
 
+uint64_t cs_ar_capsule_key(const PyObject_ *cap)
+{
+    ar_rec *r = cs_ar_ctab_get(cap, 0);
+    if (!r)
+        return 0;
+    /* a struct moved out (release == NULL in the capsule) is its mover's:
+     * the capsule no longer holds it. The real GetPointer: no event. */
+    PyObject_ *c = (PyObject_ *)(uintptr_t)cap;
+    void *p = cs_py.Capsule_GetPointer(c, cs_py.Capsule_GetName(c));
+    const layout *L = &lay[r->type];
+    if (!p || !cs_probe_read(p, (size_t)L->rel + 8) || !FIELD(p, L->rel)) {
+        cs_py.Err_Clear();
+        return 0;
+    }
+    return (uint64_t)(uintptr_t)r;
+}
+
 /* R43: a consumer's read; the struct is wrapped at the first one */
 void cs_ar_read(PyObject_ *cap, void *ptr)
 {

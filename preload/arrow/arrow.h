@@ -40,6 +40,12 @@ void cs_ar_renamed(PyObject_ *cap);
  * said so), called from ret: a warning once per name and call site. */
 void cs_ar_bad_name(PyObject_ *cap, const char *name, void *ret, uint8_t gil_flags);
 
+/* The record of a live Arrow capsule as its events name it (obj), 0 if
+ * capsan does not follow it or its struct was moved out (the capsule holds
+ * it no more): for the exit's walk of what Python reaches (pyreach.c).
+ * GIL held. */
+uint64_t cs_ar_capsule_key(const PyObject_ *cap);
+
 /* capsan's own memory that holds records (for a reachability scan;
  * arrow_rec.c) */
 void cs_ar_own_memory(void (*fn)(void *ud, const void *p, size_t n), void *ud);

@@ -251,7 +251,15 @@ static void held_by_running_threads(void)
     cs_exit_held *reached;
     size_t k = cs_exitroots_held(&reached);
     for (size_t i = 0; i < k; i++) {
-        cs_event ev = {.kind = reached[i].ns == CS_NS_NUMPY ? CS_EV_NP_REACHABLE : CS_EV_REACHABLE,
+        /* reached at atexit through a capsule that died in finalization,
+         * whose deleter then declined: the drop keeps the block (the
+         * dropped tensor's indirect part), not a live Python object */
+        if (reached[i].region == CS_WHERE_PY_REACHED && reached[i].ns == CS_NS_NUMPY &&
+            cs_lc_block_kept_at_shutdown(cs_lc, reached[i].key))
+            continue;
+        cs_event ev = {.kind = reached[i].ns == CS_NS_NUMPY   ? CS_EV_NP_REACHABLE
+                               : reached[i].ns == CS_NS_ARROW ? CS_EV_AR_REACHABLE
+                                                              : CS_EV_REACHABLE,
                        .aux = reached[i].region,
                        .obj = reached[i].key, .a = reached[i].where, .b = reached[i].thread};
         cs_emit(&ev, 0, NULL, NULL);

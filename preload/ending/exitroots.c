@@ -25,8 +25,6 @@ typedef struct method_def {
 #define METH_NOARGS 0x0004
 
 static atomic_int armed;
-static atomic_int walk_roots; /* numpy is imported: the walks too, not only
-                               * the list of running threads */
 static cs_spin mu = CS_SPIN_INIT;
 static cs_exit_held *held;
 static size_t nheld, capheld;
@@ -55,24 +53,34 @@ static void note(uint64_t key, int ns, uint64_t where, uint32_t thread, unsigned
     note_in(key, ns, where, thread, region, 0);
 }
 
-/* The live blocks and tensors a normal exit would judge, as one sorted list
- * (*ns: the namespace of each); returns how many */
+/* The live blocks, tensors and Arrow structs a normal exit would judge, as
+ * one sorted list (*ns: the namespace of each); returns how many */
 static size_t candidates(uint64_t **keys, uint8_t **ns)
 {
-    uint64_t *np = NULL, *dl = NULL;
+    static const uint8_t spaces[3] = {CS_NS_NUMPY, CS_NS_DLPACK, CS_NS_ARROW};
+    uint64_t *part[3] = {NULL, NULL, NULL};
+    size_t len[3] = {0, 0, 0}, at[3] = {0, 0, 0}, total = 0, n = 0;
     cs_young_flush(); /* the blocks still on their threads too */
-    size_t nn = cs_lc && cs_recording ? cs_lc_exit_candidates(cs_lc, CS_NS_NUMPY, &np) : 0;
-    size_t nd = cs_lc && cs_recording ? cs_lc_exit_candidates(cs_lc, CS_NS_DLPACK, &dl) : 0;
-    size_t n = 0;
-    *keys = nn + nd ? malloc((nn + nd) * sizeof **keys) : NULL;
-    *ns = *keys ? malloc(nn + nd) : NULL;
-    for (size_t i = 0, j = 0; *ns && (i < nn || j < nd); n++) {
-        int from_np = j >= nd || (i < nn && np[i] <= dl[j]);
-        (*keys)[n] = from_np ? np[i++] : dl[j++];
-        (*ns)[n] = (uint8_t)(from_np ? CS_NS_NUMPY : CS_NS_DLPACK);
+    for (int s = 0; s < 3 && cs_lc && cs_recording; s++)
+        total += len[s] = cs_lc_exit_candidates(cs_lc, spaces[s], &part[s]);
+    *keys = total ? malloc(total * sizeof **keys) : NULL;
+    *ns = *keys ? malloc(total) : NULL;
+    if (!*ns) {
+        free(*keys);
+        *keys = NULL;
     }
-    free(np);
-    free(dl);
+    /* the three sorted lists merged */
+    for (; *ns && n < total; n++) {
+        int best = -1;
+        for (int s = 0; s < 3; s++)
+            if (at[s] < len[s] && (best < 0 || part[s][at[s]] < part[best][at[best]]))
+                best = s;
+        (*keys)[n] = part[best][at[best]++];
+        (*ns)[n] = spaces[best];
+    }
+    for (int s = 0; s < 3; s++) /* freed memory keeps its bytes: a stale key
+                                 * would be a root to the exit's scans */
+        cs_free_clean(part[s], len[s] * sizeof *part[s]);
     return n;
 }
 
@@ -103,9 +111,18 @@ size_t cs_exitroots_held(cs_exit_held **out)
     cs_spin_lock(&mu);
     size_t n = 0;
     *out = nheld ? malloc(nheld * sizeof **out) : NULL;
-    for (size_t i = 0; *out && i < nheld; i++)
-        if (!held[i].module || (held[i].module <= nwitness && !cleared[held[i].module - 1]))
-            (*out)[n++] = held[i];
+    for (size_t i = 0; *out && i < nheld; i++) {
+        (*out)[n] = held[i];
+        /* reached from a module's globals that finalization did clear, yet
+         * still alive: something that outlived it still references it
+         * (pytest's items hold their parameters and test instances to the
+         * end, a library's cache its arrays). Reachable from live Python
+         * objects at exit is live, as LeakSanitizer counts it; a lost
+         * reference is one no Python object reached at atexit. */
+        if (held[i].module && !(held[i].module <= nwitness && !cleared[held[i].module - 1]))
+            (*out)[n].region = CS_WHERE_PY_REACHED;
+        n++;
+    }
     cs_spin_unlock(&mu);
     return n;
 }
@@ -244,9 +261,10 @@ static size_t module_dicts(PyObject_ ***out)
 }
 
 /* What the loaded modules' globals reach at atexit. A block a module's
- * globals alone hold is freed when finalization clears them: if it is
- * alive at exit, something else kept it (a lost reference: a leak), unless
- * those globals were never cleared (the witnesses say). And pa.array(
+ * globals alone hold is freed when finalization clears them; if it is
+ * alive at exit, an object that outlived finalization still holds it
+ * (held), or those globals were never cleared (the witnesses say which).
+ * And pa.array(
  * ndarray) or pa.Table.from_pandas(df) wrap an array's memory without a
  * copy: when such an object dies during finalization, pyarrow lets go of
  * its buffer without releasing the array (Python is going away), so the
@@ -277,7 +295,8 @@ static PyObject_ *at_exit(PyObject_ *self, PyObject_ *unused)
     if (frames)
         note_running(frames);
     wanted w = {0};
-    w.n = atomic_load(&walk_roots) ? candidates(&w.keys, &w.ns) : 0;
+    /* only what an exit would judge is looked for: none, no walk */
+    w.n = candidates(&w.keys, &w.ns);
     w.found = w.n ? malloc(w.n) : NULL;
     if (!cleared)
         cleared = calloc(MAX_MODULES, 1);
@@ -320,11 +339,7 @@ static int register_at_exit(void *arg)
     return 0;
 }
 
-void cs_exitroots_arm(void)
-{
-    atomic_store(&walk_roots, 1);
-    cs_exitroots_arm_threads();
-}
+void cs_exitroots_arm(void) { cs_exitroots_arm_threads(); }
 
 void cs_exitroots_arm_threads(void)
 {

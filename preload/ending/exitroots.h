@@ -4,10 +4,13 @@
  * time (other threads still there, Python alive) capsan notes
  * - the live blocks the frames of each other thread reach (pyreach.c):
  *   finalization abandons a daemon thread's frames;
- * - the live blocks the loaded modules' globals reach, through Python
- *   references (held when finalization never cleared those globals) or a
- *   pyarrow buffer made around an array (pa.array(ndarray): pyarrow keeps
- *   its reference through shutdown on purpose);
+ * - the live blocks, tensors and Arrow structs the loaded modules' globals
+ *   reach, through Python references (held: by those globals when
+ *   finalization never cleared them, else by objects that outlived it, such
+ *   as pytest's items) or a pyarrow buffer made around an array
+ *   (pa.array(ndarray): pyarrow keeps its reference through shutdown on
+ *   purpose). What no Python object reached at atexit and is still alive
+ *   at exit is the leak (a lost reference);
  * - which other Python threads still run: one join()ed before holds
  *   nothing, although its pthread may end only after the verdict.
  * Only under LD_PRELOAD: API mode judges no leak at exit. */
@@ -19,10 +22,11 @@
 
 #include "lifecycle.h"
 
-/* Once numpy is imported (GIL held): have the walk run at atexit. */
+/* Once numpy is imported (GIL held): the same as cs_exitroots_arm_threads. */
 void cs_exitroots_arm(void);
 /* A Python program's first event: have the running threads listed at
- * atexit (cs_exitroots_running), and no walk unless numpy arms it */
+ * atexit (cs_exitroots_running), and the walk run there when anything is
+ * still alive that the exit would judge */
 void cs_exitroots_arm_threads(void);
 typedef struct cs_exit_held {
     uint64_t key;
@@ -30,8 +34,9 @@ typedef struct cs_exit_held {
     uint32_t thread; /* the walk: the capsan number of the thread whose frames
                       * reach it (0: a thread that made no event) */
     uint16_t region; /* CS_WHERE_THREAD_FRAMES, CS_WHERE_ARROW_BUFFER,
-                      * CS_WHERE_MODULE_KEPT */
-    uint8_t ns;      /* CS_NS_NUMPY (a block) or CS_NS_DLPACK (a tensor) */
+                      * CS_WHERE_MODULE_KEPT, CS_WHERE_PY_REACHED */
+    uint8_t ns;      /* CS_NS_NUMPY (a block), CS_NS_DLPACK (a tensor) or
+                      * CS_NS_ARROW (a struct's record) */
     uint32_t module; /* MODULE_KEPT: its module's witness + 1 */
 } cs_exit_held;
 

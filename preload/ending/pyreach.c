@@ -3,6 +3,7 @@
  * type objects directly, whose head is the same from 3.8 to 3.13. */
 #include "pyreach.h"
 
+#include "arrow.h"
 #include "capsan.h"
 #include "heldmem.h"
 #include "roots.h"
@@ -308,9 +309,8 @@ size_t cs_pyreach(PyObject_ *const *roots, size_t nroots, size_t nwalk, const ui
 {
     if (!n || !cs_py.Type_IsSubtype || !cs_py.Capsule_Type || !cs_py.Err_Clear)
         return 0;
+    /* no numpy imported: no blocks, but tensors and Arrow structs still */
     const void *ndarray = cs_pyreach_ndarray();
-    if (!ndarray)
-        return 0;
     memset(found, 0, n);
     walk w = {0};
     type_memo memo = {{0}, {0}};
@@ -336,14 +336,16 @@ size_t cs_pyreach(PyObject_ *const *roots, size_t nroots, size_t nwalk, const ui
             const type_head *tp = type_of(o);
             long k[2] = {-1, -1};
             cs_held_lib lib;
-            if (tp == ndarray || memo_of(&memo, tp, array_type, ndarray)) {
+            if (ndarray && (tp == ndarray || memo_of(&memo, tp, array_type, ndarray))) {
                 k[0] = mark(*(const uint64_t *)((const char *)o + ND_DATA), want, n, found);
                 visit(*(PyObject_ *const *)((const char *)o + ND_BASE), &w);
             } else if ((const void *)tp == cs_py.Capsule_Type) {
                 /* the tensor itself (an import's owner capsule, an export
                  * kept for later), and an unconsumed one's data */
                 uint64_t data, mt = capsule_tensor(o, &data);
-                k[0] = mark(mt, want, n, found);
+                /* or an Arrow struct's record: a capsule still referenced
+                 * holds its struct, consumed or not */
+                k[0] = mark(mt ? mt : cs_ar_capsule_key(o), want, n, found);
                 k[1] = mark(data, want, n, found);
             } else if ((lib = held_lib(&held, tp)) != CS_HELD_NONE) {
                 keep_held(&held, o, (uint32_t)r, (uint8_t)lib);

@@ -16,9 +16,10 @@ enum { CS_REACH_NONE = 0, CS_REACH_OBJECT = 1, CS_REACH_ARROW = 2 };
  * objects: a list of roots is walked through; one root's walk stops at the
  * others, and the rest are only stops) along what each
  * object's tp_traverse visits, an array's `base` and the tensor of a
- * DLPack capsule. want[0..n) are NumPy block addresses and DLPack tensor
- * (struct) addresses, sorted. found[i] = CS_REACH_OBJECT when an array's
- * data, a capsule's tensor, or an unconsumed capsule tensor's data is
+ * DLPack capsule. want[0..n) are NumPy block addresses, DLPack tensor
+ * (struct) addresses and Arrow records (arrow.h), sorted. found[i] =
+ * CS_REACH_OBJECT when an array's data, a capsule's tensor, an unconsumed
+ * capsule tensor's data or an Arrow capsule's record is
  * want[i], and label[i] (label may be NULL) = the root it was first
  * reached from. The walk stops once every want[i] is found; with
  * pyarrow, torch or tvm-ffi imported it goes on while some are not (and,
@@ -29,7 +30,8 @@ enum { CS_REACH_NONE = 0, CS_REACH_OBJECT = 1, CS_REACH_ARROW = 2 };
  * (over CS_REACH_OBJECT) and where[i] (where may be NULL) to the buffer's
  * address. Returns how many were
  * found. GIL held; the walk runs no Python code (tp_traverse runs none),
- * the libraries' getters run after it. 0 when numpy is not imported. */
+ * the libraries' getters run after it. Without numpy imported, arrays
+ * are not looked at (there are no blocks). */
 size_t cs_pyreach(PyObject_ *const *roots, size_t nroots, size_t nwalk, const uint64_t *want,
                   size_t n, uint8_t *found, uint64_t *where, uint32_t *label);
 
