@@ -357,9 +357,13 @@ enum cs_xcheck {
 /* CS_EV_DATA_FREED aux: how it was freed */
 #define CS_FREED_LIBC 1u  /* free() */
 #define CS_FREED_PYMEM 2u /* PyMem_Free() */
+/* a finding's detail only: the view freed was one kept past its call */
+#define CS_FREED_KEPT 0x10u
 /* CS_EV_DELETE aux */
 #define CS_DELETE_NULL_CALL 1u
 #define CS_DELETE_VIEW_END 2u /* a view (CS_DLV_XVIEW) stopped being valid: its caller returned */
+#define CS_DELETE_VIEW_KEPT 3u /* its caller returned and kept the DLTensor off its stack (a the
+                               * DLTensor's address): the view lives on, as a stale one */
 /* CS_EV_DESTROY aux: the capsule's name when it died */
 enum cs_name_state { CS_NAME_UNCONSUMED = 0, CS_NAME_USED = 1, CS_NAME_OTHER = 2 };
 /* CS_EV_DESTROY extra bits */
