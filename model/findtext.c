@@ -210,6 +210,7 @@ static const char *xentry_name(unsigned e)
     case CS_XE_TO_PY: return "managed_tensor_to_py_object_no_sync";
     case CS_XE_VIEW: return "dltensor_from_py_object_no_sync";
     case CS_XE_STREAM: return "current_work_stream";
+    case CS_XE_FFI_CALL: return "TVMFFIFunctionCall";
     }
     return "the table";
 }
@@ -246,6 +247,14 @@ static const char *xcheck_text(uint32_t d, uint64_t value, uint64_t obj, char *t
         break;
     case CS_XC_NULL_OUT:
         snprintf(tmp, n, "%s returned 0 (success) but gave no tensor (R51)", e);
+        break;
+    case CS_XC_FFI_ERROR_LOST:
+        snprintf(tmp, n, "%s of function 0x%llx, whose arguments were converted through the "
+                 "exchange table, failed (returned %lld) with its error raised through the FFI "
+                 "error API, and the Python call that made it returned without fetching that "
+                 "error (TVMFFIErrorMoveFromRaised) (R51: return code and error state agree, "
+                 "judged at the FFI call): the caller overwrote the return code, and the failure "
+                 "was silently taken for success", e, p, (long long)(int)v);
         break;
     case CS_XT_VERSION:
         snprintf(tmp, n, "exchange table 0x%llx has version.major %llu, not 1 (R50): capsan does "

@@ -337,7 +337,8 @@ enum cs_nogil { CS_NOGIL_CAPSULE = 1, CS_NOGIL_HANDLER = 2, CS_NOGIL_IN_DELETER 
 #define CS_DLV_X (CS_DLV_XFROM | CS_DLV_XALLOC | CS_DLV_XTO | CS_DLV_XVIEW)
 /* CS_EV_XCHECK: the table entry (extra) and what was wrong (aux) */
 enum cs_xentry { CS_XE_TABLE = 0, CS_XE_ALLOC = 1, CS_XE_FROM_PY = 2, CS_XE_TO_PY = 3,
-                 CS_XE_VIEW = 4, CS_XE_STREAM = 5 };
+                 CS_XE_VIEW = 4, CS_XE_STREAM = 5,
+                 CS_XE_FFI_CALL = 6 /* tvm-ffi's TVMFFIFunctionCall, around conversions */ };
 enum cs_xcheck {
     CS_XC_NONE = 0,
     /* the calling contract: dlpack-exchange-contract */
@@ -347,6 +348,9 @@ enum cs_xcheck {
     CS_XC_SETERROR = 4,      /* the allocator's SetError calls (b) do not match its rc (R54) */
     CS_XC_TO_PY_RELEASED = 5, /* to_py ran the tensor's deleter and then failed (R52) */
     CS_XC_NULL_OUT = 6,      /* succeeded and gave no tensor (R51) */
+    CS_XC_FFI_ERROR_LOST = 7, /* an FFI call made after table conversions failed (a: rc) with
+                               * its error raised through the FFI's error API, and its Python
+                               * call returned without fetching it (R51, at the FFI call) */
     /* the table: dlpack-bad-exchange-table */
     CS_XT_VERSION = 16,      /* version.major is not 1 (b) */
     CS_XT_NULL_ENTRY = 17,   /* a required entry is NULL (b: CS_XE_*) */

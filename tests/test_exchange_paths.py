@@ -128,3 +128,33 @@ def test_kept_views_clean(tmp_path, tag, provider):
     res = run(tmp_path, "kept_clean", tag, provider, n=5)
     assert res.returncode == 0 and "ok" in res.stdout, res.describe()
     assert findings(res.report) == [], summarize(res.report)
+
+
+# ---- path 6: an FFI call's error lost around its conversions ----
+
+XFFI = SCENARIOS / "xffi_calls.py"
+
+
+def test_ffi_error_lost_around_conversions(tmp_path):
+    """xffi converts a torch tensor through torch's table and calls a
+    tvm-ffi function, which fails with its error raised through the FFI
+    error API; the binding's allocator restore overwrites the return code
+    and the Python call returns None. dlpack-exchange-contract at that
+    call's line (R51 judged at the FFI call), said at the next FFI call."""
+    py = python_for("cp311", "torch")
+    res = run_capsan(XFFI, tmp_path, args=["lost"], interpreter=py, timeout=300)
+    assert res.returncode == 23 and "ok" in res.stdout, res.describe()
+    f = assert_finding_at(res, "dlpack-exchange-contract", XFFI, "lost", event="exchange-call",
+                          innermost=False)
+    assert "TVMFFIFunctionCall" in f["message"] and "without fetching" in f["message"], f["message"]
+    assert kinds(res.report) == {"dlpack-exchange-contract"}, summarize(res.report)
+    assert len(findings(res.report)) == 1, summarize(res.report)
+
+
+def test_ffi_errors_fetched_clean(tmp_path):
+    """The binding that fetches the error and raises it, and calls that
+    succeed through either binding: nothing to report."""
+    py = python_for("cp311", "torch")
+    res = run_capsan(XFFI, tmp_path, args=["clean"], interpreter=py, timeout=300)
+    assert res.returncode == 0 and "ok" in res.stdout, res.describe()
+    assert findings(res.report) == [], summarize(res.report)

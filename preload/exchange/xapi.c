@@ -13,6 +13,7 @@
 #include "seenset.h"
 #include "spin.h"
 #include "stack.h"
+#include "xffi.h"
 #include "xview.h"
 #include "young.h"
 
@@ -303,6 +304,7 @@ __attribute__((used)) int cs_xbody_from_py(void *obj, void **out, void *u2, void
     int (*fn)(void *, void **) = tabs[k].saved.from_py;
     if (!recording())
         return fn(obj, out);
+    cs_xconv++; /* an FFI call after it is judged with its conversions (xffi.c) */
     const void *site = __builtin_return_address(0);
     xcall c;
     call_begin(&c, CS_XE_FROM_PY, site, (uint64_t)(uintptr_t)obj);
@@ -471,6 +473,7 @@ __attribute__((used)) int cs_xbody_view(void *obj, void *out, void *u2, void *u3
     int (*fn)(void *, void *) = tabs[k].saved.view;
     if (!recording())
         return fn(obj, out);
+    cs_xconv++;
     const void *site = __builtin_return_address(0);
     xcall c;
     call_begin(&c, CS_XE_VIEW, site, (uint64_t)(uintptr_t)obj);
