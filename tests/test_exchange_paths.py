@@ -1,9 +1,11 @@
-"""Exchange-API ownership paths that cross into the capsule protocol or
-into other threads (issue 37 paths 1, 2, 7; rulebook-seams R51, R53).
-Each is committed by xkernel.c on a table's tensors (scenario
-xapi_paths.py), with its legal variant beside it. The tables: torch
-2.13's (cp311 venv) and xproducer's Blob (a fixture's table: the cp313
-venv has no torch 2.13, so it is the only producer there)."""
+"""Exchange-API ownership paths that cross into the capsule protocol, into
+other threads or through an FFI call (issue 37 paths 1, 2, 6, 7;
+rulebook-seams R51, R53). Paths 1, 2, 7 are committed by xkernel.c on a
+table's tensors (scenario xapi_paths.py), each with its legal variant
+beside it. The tables: torch 2.13's (cp311 venv) and xproducer's Blob (a
+fixture's table: the cp313 venv has no torch 2.13, so it is the only
+producer there). Path 6 needs tvm-ffi and torch's table: cp311 only
+(xffi.c, scenario xffi_calls.py)."""
 import subprocess
 
 import pytest
