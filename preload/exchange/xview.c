@@ -133,7 +133,7 @@ void cs_xview_born(const void *out, uint64_t data, uint64_t nbytes, uint8_t flag
                    .aux = CS_DLV_XVIEW, .flags = (uint8_t)(flags | CS_EVF_NULL_DELETER)};
     cs_emit(&ev, 1, NULL, NULL);
     /* after the capture: this thread's stack bounds are known then */
-    v->on_stack = cs_stack_holds(out) != 0;
+    v->on_stack = cs_stack_holds(t, out) != 0;
     if (!v->on_stack) {
         watch_out(v, 1); /* kept, maybe: a free of its block ends it */
         v->watched = 1;

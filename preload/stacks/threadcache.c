@@ -43,9 +43,8 @@ cs_stack_cache *cache_of(cs_thread *t)
     return t->cache;
 }
 
-int cs_stack_holds(const void *p)
+int cs_stack_holds(const cs_thread *t, const void *p)
 {
-    cs_thread *t = cs_thread_tls;
     if (!t || !t->cache || !t->cache->stack_hi)
         return -1;
     return (uintptr_t)p - t->cache->stack_lo < t->cache->stack_hi - t->cache->stack_lo;
