@@ -35,19 +35,30 @@ typedef void (*raise_str_fn)(const char *, const char *);
 typedef void (*raise_parts_fn)(const char *, const char **, int32_t);
 typedef void (*fetch_fn)(void *);
 
-static void *real(const char *name, void **cache)
+/* The original: the global scope's (tvm_ffi loads libtvm_ffi.so
+ * RTLD_GLOBAL), else what the calling object's own dependencies bind it
+ * to (a kernel library linked to it, loaded RTLD_LOCAL). */
+static void *real(const char *name, void **cache, const void *caller)
 {
     void *p = __atomic_load_n(cache, __ATOMIC_ACQUIRE);
-    if (!p) {
-        p = dlsym(RTLD_DEFAULT, name);
-        __atomic_store_n(cache, p, __ATOMIC_RELEASE);
+    if (p)
+        return p;
+    p = dlsym(RTLD_DEFAULT, name);
+    Dl_info di;
+    if (!p && dladdr(caller, &di) && di.dli_fname) {
+        void *h = dlopen(di.dli_fname, RTLD_NOLOAD | RTLD_LAZY);
+        if (h) {
+            p = dlsym(h, name);
+            dlclose(h);
+        }
     }
+    __atomic_store_n(cache, p, __ATOMIC_RELEASE);
     return p;
 }
 #define REAL(type, name)                                                                   \
     ({                                                                                     \
         static void *cache_;                                                               \
-        (type) real(name, &cache_);                                                        \
+        (type) real(name, &cache_, __builtin_return_address(0));                           \
     })
 
 static int gil_now(void)
