@@ -34,7 +34,10 @@ const char *cs_event_name(const cs_event *ev)
     case CS_EV_NO_GIL: return "call";
     case CS_EV_DEVICE: return "alloc";
     case CS_EV_DATA_FREED: return "free";
-    case CS_EV_DELETE: return ev->aux == CS_DELETE_VIEW_END ? "view-end" : "delete";
+    case CS_EV_DELETE:
+        return ev->aux == CS_DELETE_VIEW_END    ? "view-end"
+               : ev->aux == CS_DELETE_VIEW_KEPT ? "view-kept"
+                                                : "delete";
     case CS_EV_DROPPED: return "dropped";
     case CS_EV_DESTROY: return "destroy";
     case CS_EV_BAD_TENSOR: return "check";
@@ -87,6 +90,8 @@ const char *cs_event_phrase(const cs_finding *f, int i)
             return "NULL deleter called at";
         if (ev->aux == CS_DELETE_VIEW_END)
             return "the view's caller had returned by";
+        if (ev->aux == CS_DELETE_VIEW_KEPT)
+            return "the view's caller had returned, its DLTensor kept in static or heap memory, by";
         if (ev->flags & CS_EVF_SKIPPED)
             return "deleter call skipped (protect=1) at";
         /* by the exporting capsule's destructor (the export event names
@@ -208,6 +213,7 @@ static const char *xentry_name(unsigned e)
     case CS_XE_TO_PY: return "managed_tensor_to_py_object_no_sync";
     case CS_XE_VIEW: return "dltensor_from_py_object_no_sync";
     case CS_XE_STREAM: return "current_work_stream";
+    case CS_XE_FFI_CALL: return "TVMFFIFunctionCall";
     }
     return "the table";
 }
@@ -244,6 +250,14 @@ static const char *xcheck_text(uint32_t d, uint64_t value, uint64_t obj, char *t
         break;
     case CS_XC_NULL_OUT:
         snprintf(tmp, n, "%s returned 0 (success) but gave no tensor (R51)", e);
+        break;
+    case CS_XC_FFI_ERROR_LOST:
+        snprintf(tmp, n, "%s of function 0x%llx, whose arguments were converted through the "
+                 "exchange table, failed (returned %lld) with its error raised through the FFI "
+                 "error API, and the Python call that made it returned without fetching that "
+                 "error (TVMFFIErrorMoveFromRaised) (R51: return code and error state agree, "
+                 "judged at the FFI call): the caller overwrote the return code, and the failure "
+                 "was silently taken for success", e, p, (long long)(int)v);
         break;
     case CS_XT_VERSION:
         snprintf(tmp, n, "exchange table 0x%llx has version.major %llu, not 1 (R50): capsan does "
@@ -387,6 +401,16 @@ const char *cs_finding_message(const cs_finding *f, char *buf, size_t n)
                        "it with PyErr_Fetch and restore it with PyErr_Restore");
         break;
     case CS_KIND_DLPACK_STALE_VIEW:
+        if (f->detail & CS_FREED_KEPT) {
+            snprintf(buf, n, "the memory the non-owning view 0x%llx "
+                     "(dltensor_from_py_object_no_sync) points into was freed (%s 0x%llx) after "
+                     "its call returned, while the DLTensor it filled, kept in static or heap "
+                     "memory, still describes it: a view is valid only while its call lasts; a "
+                     "later read of the kept view reads freed memory (not seen by capsan: a "
+                     "warning)", p, (f->detail & 0xf) == CS_FREED_PYMEM ? "PyMem_Free" : "free",
+                     (unsigned long long)f->value);
+            break;
+        }
         snprintf(buf, n, "the memory the non-owning view 0x%llx (dltensor_from_py_object_no_sync) "
                  "points into was freed (%s 0x%llx) while its caller still uses the view: the view "
                  "is valid only while its Python object lives and the call lasts", p,

@@ -25,6 +25,9 @@ int cs_finding_severity(const cs_finding *f)
          f->kind == CS_KIND_ARROW_LEAK) &&
         f->detail == CS_LEAK_KILLED)
         return CS_SEV_WARNING;
+    /* a view kept past its call: its later read is not seen (R53) */
+    if (f->kind == CS_KIND_DLPACK_STALE_VIEW && (f->detail & CS_FREED_KEPT))
+        return CS_SEV_WARNING;
     return cs_kind_severity(f->kind);
 }
 

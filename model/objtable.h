@@ -35,6 +35,7 @@
 #define OF_OFFSET_DROPPED 0x40000 /* a re-export without its byte_offset already reported */
 #define OF_WRONG_NAME 0x10000 /* its consumer renamed it to the other version's used_* name
                                * (R8): the producer's destructor will release it */
+#define OF_VIEW_KEPT 0x80000 /* a view whose caller kept its DLTensor past the call */
 #define OF_VIEW 0x4000      /* a non-owning exchange-API view: never a leak (R53) */
 #define OF_UNRENAMED 0x400   /* released while its capsule still had the unconsumed name:
                               * dlpack-not-renamed unless the consumer renames it next */

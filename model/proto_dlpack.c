@@ -29,6 +29,20 @@ static unsigned on_export(cs_lifecycle *lc, stripe *st, obj *o, const cs_event *
         /* a static struct without a deleter, lent again: each export is a
          * new loan (nobody ever releases it) */
         ot_count(st, o, -1);
+    } else if (live(o) && o->state == CS_ST_CONSUMED && (o->flags & OF_XAPI) &&
+               !(o->flags & OF_VIEW)) {
+        /* an owning exchange-API tensor (from_py, the allocator) lent on in
+         * a capsule by its owner: a new loan, judged by R3-R8 from now on
+         * (consumed by whoever takes the capsule, else deleted by its
+         * destructor). Its data is watched again once it is consumed. */
+        if (o->data && cs_lc_data_watch)
+            cs_lc_data_watch(o->key, o->data, o->bytes, -1);
+        o->data = 0;
+        o->state = CS_ST_CREATED;
+        o->capsule = ev->a;
+        o->flags &= (uint32_t)~(OF_CAPSULE_DEAD | OF_CAPSULE_USED | OF_XAPI);
+        ot_hist_add(st, o, ev, j);
+        return 0;
     } else if (live(o)) {
         /* the same live struct in a second capsule: judge the newest */
         ot_hist_add(st, o, ev, j);
@@ -264,7 +278,7 @@ static unsigned on_data_freed(cs_lifecycle *lc, stripe *st, obj *o, const cs_eve
         return 0;
     o->flags |= OF_DATA_FREED;
     ot_report(lc, j, (o->flags & OF_VIEW) ? CS_KIND_DLPACK_STALE_VIEW : CS_KIND_DLPACK_DATA_FREED,
-              o, ev, ev->aux, ev->a);
+              o, ev, ev->aux | ((o->flags & OF_VIEW_KEPT) ? CS_FREED_KEPT : 0), ev->a);
     ot_hist_add(st, o, ev, j);
     return 0;
 }

@@ -71,14 +71,19 @@ static unsigned on_check(cs_lifecycle *lc, stripe *st, obj *o, const cs_event *e
     return 0;
 }
 
-/* R53: a view's call returned; its memory is the producer's again */
+/* R53: a view's call returned; its memory is the producer's again,
+ * unless its caller kept the DLTensor (in static or heap memory): then a
+ * free of that memory is a stale view kept past its call */
 static unsigned on_view_end(cs_lifecycle *lc, stripe *st, obj *o, const cs_event *ev, judge *j)
 {
     (void)lc;
-    if (o && (o->flags & OF_VIEW) && o->state == CS_ST_CONSUMED) {
-        ot_hist_add(st, o, ev, j);
+    if (!o || !(o->flags & OF_VIEW) || o->state != CS_ST_CONSUMED)
+        return 0;
+    ot_hist_add(st, o, ev, j);
+    if (ev->aux == CS_DELETE_VIEW_KEPT)
+        o->flags |= OF_VIEW_KEPT;
+    else
         ot_entomb(st, o);
-    }
     return 0;
 }
 

@@ -44,7 +44,7 @@ static inline const cs_protocol *cs_protocol_of(const cs_event *ev)
         return p;
     if (ev->kind == CS_EV_XHANDOVER || ev->kind == CS_EV_XCHECK ||
         (ev->kind == CS_EV_EXPORT && (ev->aux & CS_DLV_X)) ||
-        (ev->kind == CS_EV_DELETE && ev->aux == CS_DELETE_VIEW_END))
+        (ev->kind == CS_EV_DELETE && (ev->aux == CS_DELETE_VIEW_END || ev->aux == CS_DELETE_VIEW_KEPT)))
         return &cs_proto_xapi;
     return &cs_proto_dlpack;
 }

@@ -351,7 +351,8 @@ enum cs_nogil { CS_NOGIL_CAPSULE = 1, CS_NOGIL_HANDLER = 2, CS_NOGIL_IN_DELETER 
 #define CS_DLV_X (CS_DLV_XFROM | CS_DLV_XALLOC | CS_DLV_XTO | CS_DLV_XVIEW)
 /* CS_EV_XCHECK: the table entry (extra) and what was wrong (aux) */
 enum cs_xentry { CS_XE_TABLE = 0, CS_XE_ALLOC = 1, CS_XE_FROM_PY = 2, CS_XE_TO_PY = 3,
-                 CS_XE_VIEW = 4, CS_XE_STREAM = 5 };
+                 CS_XE_VIEW = 4, CS_XE_STREAM = 5,
+                 CS_XE_FFI_CALL = 6 /* tvm-ffi's TVMFFIFunctionCall, around conversions */ };
 enum cs_xcheck {
     CS_XC_NONE = 0,
     /* the calling contract: dlpack-exchange-contract */
@@ -361,6 +362,9 @@ enum cs_xcheck {
     CS_XC_SETERROR = 4,      /* the allocator's SetError calls (b) do not match its rc (R54) */
     CS_XC_TO_PY_RELEASED = 5, /* to_py ran the tensor's deleter and then failed (R52) */
     CS_XC_NULL_OUT = 6,      /* succeeded and gave no tensor (R51) */
+    CS_XC_FFI_ERROR_LOST = 7, /* an FFI call made after table conversions failed (a: rc) with
+                               * its error raised through the FFI's error API, and its Python
+                               * call returned without fetching it (R51, at the FFI call) */
     /* the table: dlpack-bad-exchange-table */
     CS_XT_VERSION = 16,      /* version.major is not 1 (b) */
     CS_XT_NULL_ENTRY = 17,   /* a required entry is NULL (b: CS_XE_*) */
@@ -371,9 +375,13 @@ enum cs_xcheck {
 /* CS_EV_DATA_FREED aux: how it was freed */
 #define CS_FREED_LIBC 1u  /* free() */
 #define CS_FREED_PYMEM 2u /* PyMem_Free() */
+/* a finding's detail only: the view freed was one kept past its call */
+#define CS_FREED_KEPT 0x10u
 /* CS_EV_DELETE aux */
 #define CS_DELETE_NULL_CALL 1u
 #define CS_DELETE_VIEW_END 2u /* a view (CS_DLV_XVIEW) stopped being valid: its caller returned */
+#define CS_DELETE_VIEW_KEPT 3u /* its caller returned and kept the DLTensor off its stack (a the
+                               * DLTensor's address): the view lives on, as a stale one */
 /* CS_EV_DESTROY aux: the capsule's name when it died */
 enum cs_name_state { CS_NAME_UNCONSUMED = 0, CS_NAME_USED = 1, CS_NAME_OTHER = 2 };
 /* CS_EV_DESTROY extra bits */

@@ -16,6 +16,7 @@
 
 #include "capsan.h"
 #include "capsule.h"
+#include "xffi.h"
 #include "crash.h"
 #include "dataguard.h"
 #include "dataindex.h"
@@ -336,6 +337,8 @@ static int start(int preload)
             all_hooks[n++] = process_hooks[i];
     for (int i = 0; i < cs_unwfd_nhooks; i++)
         all_hooks[n++] = cs_unwfd_hooks[i];
+    for (int i = 0; i < cs_xffi_nhooks; i++)
+        all_hooks[n++] = cs_xffi_hooks[i];
     all_hooks_p = all_hooks;
     all_hooks_n = n;
     cs_got_init(all_hooks, n, (void *)self_marker);

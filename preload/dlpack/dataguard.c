@@ -19,7 +19,7 @@
 #include "quarantine.h"
 #include "runtime.h"
 #include "thread.h"
-#include "xapi.h"
+#include "xview.h"
 #include "young.h"
 
 int cs_dg_glibc;
@@ -82,9 +82,10 @@ void cs_dg_check_slow(uintptr_t p, unsigned how)
     }
     for (size_t k = 0; k < nh; k++) {
         cs_young_dl_adopt(hit[k]); /* the event goes to the lifecycle */
-        /* a view is the caller's only while its call lasts (R53) */
-        if (cs_xview_is_view(hit[k]) && !cs_xview_still_valid(hit[k]))
+        if (cs_xview_is_view(hit[k])) {
+            cs_xview_freed(hit[k], p, how); /* judged by xview.c (R53) */
             continue;
+        }
         cs_event ev = {.kind = CS_EV_DATA_FREED, .obj = hit[k], .a = p, .aux = (uint16_t)how};
         cs_emit(&ev, 1, NULL, NULL); /* reported before the memory is reused */
     }

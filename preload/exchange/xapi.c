@@ -13,6 +13,8 @@
 #include "seenset.h"
 #include "spin.h"
 #include "stack.h"
+#include "xffi.h"
+#include "xview.h"
 #include "young.h"
 
 /* DLPackExchangeAPI, x86-64 (dlpack.h 1.3): header, then five entries */
@@ -302,6 +304,7 @@ __attribute__((used)) int cs_xbody_from_py(void *obj, void **out, void *u2, void
     int (*fn)(void *, void **) = tabs[k].saved.from_py;
     if (!recording())
         return fn(obj, out);
+    cs_xconv++; /* an FFI call after it is judged with its conversions (xffi.c) */
     const void *site = __builtin_return_address(0);
     xcall c;
     call_begin(&c, CS_XE_FROM_PY, site, (uint64_t)(uintptr_t)obj);
@@ -461,62 +464,7 @@ __attribute__((used)) int cs_xbody_stream(int device_type, int32_t device_id, vo
     return rc;
 }
 
-/* ---- non-owning views (R53) ----
- * A view is valid while the C call that made it lasts: from the Python
- * code's point of view, while the frame that made the call still stands
- * at that call's instruction (cs_stack_py_within). Its key in the
- * lifecycle is a slot of capsan's, which tells dataguard.c a view's data
- * from a consumed tensor's by address alone. A thread's views that are no
- * longer valid end when it makes its next one. */
-#define NVIEWS 256
-typedef struct xview {
-    _Atomic uint32_t thread;  /* capsan's thread number; 0 = free */
-    cs_py_pos pos;
-} xview;
-static xview views[NVIEWS];
-
-int cs_xview_is_view(uint64_t key)
-{
-    return key - (uint64_t)(uintptr_t)views < sizeof views;
-}
-
-static void view_end(xview *v)
-{
-    cs_event ev = {.kind = CS_EV_DELETE, .obj = (uint64_t)(uintptr_t)v, .aux = CS_DELETE_VIEW_END};
-    cs_emit(&ev, 0, NULL, NULL);
-    atomic_store_explicit(&v->thread, 0, memory_order_release);
-}
-
-int cs_xview_still_valid(uint64_t key)
-{
-    xview *v = (xview *)(uintptr_t)key;
-    cs_thread *t = cs_thread_tls;
-    if (!t || atomic_load_explicit(&v->thread, memory_order_acquire) != t->num)
-        return 0; /* another thread's: its frames cannot be read from here */
-    int gil = cs_py_live() && cs_gil_held();
-    if (cs_stack_py_within(gil, &v->pos))
-        return 1;
-    view_end(v);
-    return 0;
-}
-
-/* end this thread's views whose calls returned; a free slot, or NULL */
-static xview *views_sweep(uint32_t me, int gil)
-{
-    xview *free_slot = NULL;
-    for (int i = 0; i < NVIEWS; i++) {
-        xview *v = &views[i];
-        uint32_t who = atomic_load_explicit(&v->thread, memory_order_acquire);
-        if (who == me && !cs_stack_py_within(gil, &v->pos))
-            view_end(v), who = 0;
-        if (!who && !free_slot) {
-            uint32_t zero = 0;
-            if (atomic_compare_exchange_strong(&v->thread, &zero, me))
-                free_slot = v;
-        }
-    }
-    return free_slot;
-}
+/* ---- non-owning views (R53): watched by xview.c ---- */
 
 __attribute__((used)) int cs_xbody_view(void *obj, void *out, void *u2, void *u3, unsigned k)
 {
@@ -525,29 +473,19 @@ __attribute__((used)) int cs_xbody_view(void *obj, void *out, void *u2, void *u3
     int (*fn)(void *, void *) = tabs[k].saved.view;
     if (!recording())
         return fn(obj, out);
+    cs_xconv++;
     const void *site = __builtin_return_address(0);
     xcall c;
     call_begin(&c, CS_XE_VIEW, site, (uint64_t)(uintptr_t)obj);
     int rc = fn(obj, out);
     call_end(&c, rc, (uint64_t)(uintptr_t)obj);
-    cs_thread *t = cs_thread_get();
-    if (rc != 0 || !out || !t || !c.live)
+    if (rc != 0 || !out || !c.live)
         return rc;
     /* the DLTensor read as the head of a DLManagedTensor: its fields only */
     cs_dl_problem probs[8];
     uint64_t nbytes, data;
     uint32_t fp;
     cs_dl_check(out, 0, probs, 8, &nbytes, &fp, &data);
-    cs_py_pos pos;
-    if (!data || !cs_stack_py_pos(c.gil, &pos))
-        return rc; /* no Python call to be valid within */
-    xview *v = views_sweep(t->num, c.gil);
-    if (!v)
-        return rc; /* out of slots: this view is not watched */
-    v->pos = pos;
-    cs_event ev = {.kind = CS_EV_EXPORT, .obj = (uint64_t)(uintptr_t)v, .a = data, .c = nbytes,
-                   .aux = CS_DLV_XVIEW, .flags = (uint8_t)(c.flags | CS_EVF_NULL_DELETER),
-                   .b = 0};
-    cs_emit(&ev, 1, NULL, NULL);
+    cs_xview_born(out, data, nbytes, c.flags, c.gil);
     return rc;
 }

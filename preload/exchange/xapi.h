@@ -26,12 +26,4 @@ void cs_xapi_restore(void);
  * own, or capsan's shadow); the entry as it stands otherwise. */
 void *cs_xapi_original(const void *table, int entry);
 
-/* A free() or PyMem_Free() hit the data of a live view (dataguard.c).
- * `key` is the view's lifecycle key. Returns 1 if the view is still valid
- * (the free is dlpack-stale-view), 0 if its caller had returned (the view
- * is ended here and the free is legal) or it is another thread's. */
-int cs_xview_still_valid(uint64_t key);
-/* key is a view's (capsan's own view slots) */
-int cs_xview_is_view(uint64_t key);
-
 #endif

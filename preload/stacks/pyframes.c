@@ -5,6 +5,8 @@
  * (code, instruction)'s line kept in the thread's cache. */
 #include "stack_int.h"
 
+#include "probe.h"
+
 /* The next frame of the chain that runs code, and whether `f` is the
  * outermost frame of its C-level evaluation (the native stack holds one
  * _PyEval_EvalFrameDefault per such group). */
@@ -116,3 +118,39 @@ int python_frames(cs_stack_cache *c, const char *f, uint64_t *out, int max, int 
     return n;
 }
 
+
+const void *cs_stack_py_tstate(int gil)
+{
+    if (!cs_py.ok)
+        return NULL;
+    return gil ? cs_py.ThreadState_UncheckedGet()
+               : cs_py.GILState_GetThisThreadState ? cs_py.GILState_GetThisThreadState() : NULL;
+}
+
+/* a pointer field of foreign memory that may be gone: NULL if unreadable */
+static const char *probed_ptr(const char *p, int off)
+{
+    if (!p || off < 0 || !cs_probe_read(p + off, sizeof(void *)))
+        return NULL;
+    return AT(p, off, const char *);
+}
+
+int cs_stack_py_within_ts(const void *ts, const cs_py_pos *pos)
+{
+    const cs_pylayout *l = cs_py.layout;
+    if (!ts || !pos->frame || !cs_py.ok || !l)
+        return 0;
+    const char *f = ts;
+    if (l->ts_cframe >= 0 && !(f = probed_ptr(f, l->ts_cframe)))
+        return 0;
+    /* the frame itself is enough: pos names one that ran code */
+    f = probed_ptr(f, l->cur);
+    for (int k = 0; f && k < 4096; k++, f = probed_ptr(f, l->f_back))
+        if ((uint64_t)(uintptr_t)f == pos->frame) {
+            int off = l->f_instr;
+            if (!cs_probe_read(f + off, sizeof(uint64_t)))
+                return 0;
+            return frame_instr(l, f) == pos->instr;
+        }
+    return 0;
+}

@@ -44,6 +44,16 @@ int cs_stack_py_pos(int gil, cs_py_pos *pos);
 /* 1 while the C call made at pos has not returned: pos's frame is still in
  * this thread's chain and still at that instruction. */
 int cs_stack_py_within(int gil, const cs_py_pos *pos);
+/* This thread's PyThreadState (gil: held), for cs_stack_py_within_ts. */
+const void *cs_stack_py_tstate(int gil);
+/* cs_stack_py_within for another thread, by its PyThreadState: its frames
+ * are read through probes (the thread may be running, or gone). Exact
+ * while that thread runs without the GIL, as a C call that released it
+ * does: its chain does not move then. */
+int cs_stack_py_within_ts(const void *ts, const cs_py_pos *pos);
+/* 1 if p lies on t's stack, 0 if not, -1 unknown (no capture made on
+ * that thread yet, or its bounds are unknown). */
+int cs_stack_holds(const cs_thread *t, const void *p);
 /* Make sure a stack id captured earlier is in the current trace file (a
  * forked child's new file starts without the parent's stacks). */
 void cs_stack_ensure(uint32_t id);

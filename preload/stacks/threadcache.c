@@ -42,3 +42,10 @@ cs_stack_cache *cache_of(cs_thread *t)
     }
     return t->cache;
 }
+
+int cs_stack_holds(const cs_thread *t, const void *p)
+{
+    if (!t || !t->cache || !t->cache->stack_hi)
+        return -1;
+    return (uintptr_t)p - t->cache->stack_lo < t->cache->stack_hi - t->cache->stack_lo;
+}
