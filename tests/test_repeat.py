@@ -93,8 +93,8 @@ CASES = [
     ("dl_threads.py", ["pipeline"], "static", None),
     ("np_threads.py", ["pipeline"], "static", None),
     ("np_clean.py", ["run"], "static", None),
-    ("xapi_clean.py", ["all", 50], "cp311", SHORT),
-    ("xk_kernels.py", ["clean", 20], "cp311", None),
+    ("xapi_clean.py", ["all", 50], "cp311", None),
+    ("xk_kernels.py", ["clean", 20], "cp311", SHORT),
     ("xp_producers.py", ["clean"], "cp311", None),
 ]
 
