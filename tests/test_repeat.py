@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import (BUILD, INTERPRETERS, SCENARIOS, current_python, fixdir_for, python_frames,
-                      require_fixtures, run_capsan)
+from conftest import (BUILD, DEFAULT_EXITCODE, INTERPRETERS, SCENARIOS, current_python,
+                      fixdir_for, python_frames, require_fixtures, run_capsan)
 
 FULL = os.environ.get("CAPSAN_REPEAT")
 RUNS = int(FULL) if FULL else 3
@@ -100,6 +100,13 @@ CASES = [
 
 SELECTED = [c for c in CASES if FULL or c[3] == SHORT]
 
+# The program's own double free, run natively, aborts in glibc or not as
+# glibc's state at that moment says (the worker's tcache, or its arena once
+# the worker has ended: test_numpy_threads.py says it): the status is one of
+# two, the findings are compared all the same.
+STATUS_EITHER = {("np_threads.py", ("double",)): {DEFAULT_EXITCODE, -signal.SIGABRT,
+                                                  128 + signal.SIGABRT}}
+
 
 def interpreter(tag):
     if tag in INTERPRETERS:
@@ -144,14 +151,15 @@ def primary_line(finding):
     return "-"
 
 
-def verdict(res):
+def verdict(res, either=()):
     """What a CI would gate on: every process's findings, normalized, and
-    the exit status."""
+    the exit status (`either`: statuses the program itself picks among)."""
     found = collections.Counter()
     for p in (res.report or {}).get("processes", []):
         for f in p["findings"]:
             found[(f["kind"], f["severity"], primary_line(f))] += 1
-    return (res.returncode, tuple(sorted((k, s, where, n) for (k, s, where), n in found.items())))
+    status = "/".join(map(str, sorted(either))) if res.returncode in either else res.returncode
+    return (status, tuple(sorted((k, s, where, n) for (k, s, where), n in found.items())))
 
 
 def show(v):
@@ -171,6 +179,6 @@ def test_same_verdict_every_run(tmp_path, hog, script, args, tag, short):
         res = run_capsan(SCENARIOS / script, tmp_path / str(i), args=args, interpreter=py, env=env)
         assert res.report is not None, res.describe()
         assert "ModuleNotFoundError" not in res.stderr, res.describe()
-        seen[verdict(res)] += 1
+        seen[verdict(res, STATUS_EITHER.get((script, tuple(args)), ()))] += 1
     assert len(seen) == 1, f"{len(seen)} verdicts in {RUNS} runs:\n" + "\n".join(
         f"  {n}x {show(v)}" for v, n in seen.most_common())
