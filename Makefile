@@ -60,7 +60,7 @@ PY_SRC   := $(wildcard pyhook/capsan/*.py)
 PY_OUT   := $(patsubst pyhook/capsan/%,$(B)/python/capsan/%,$(PY_SRC))
 
 .PHONY: all deps demo test test-c test-py bench install clean check-numpy venvs fixtures-current fixture-sos
-.PHONY: test-install realworld-venvs test-realworld arrow-venvs check-upstream
+.PHONY: test-install realworld-venvs test-realworld arrow-venvs check-upstream test-repeat
 all: $(B)/lib/libcapsan.so $(B)/bin/capsan python
 
 $(B)/obj/rt/%.o: %.c $(wildcard preload/*.h preload/*/*.h preload/*/*.inc model/*.h model/*.inc)
@@ -174,6 +174,14 @@ check-numpy: all fixtures fixtures-current
 # files are obtained into ~/.cache/capsan/upstream (tests/upstream_sources.py)
 check-upstream: all fixtures fixtures-current arrow-venvs
 	@cd tests && CAPSAN_CHECK_UPSTREAM=1 $(PYTHON) -m pytest -q -p no:cacheprovider test_upstream_suites.py test_numpy_suites.py $(PYTEST_ARGS)
+
+# the same verdict every run: each finding and clean scenario of
+# tests/test_repeat.py N times (default 20) with a CPU hog on every core
+# beside it; any difference between runs fails. make test runs its short
+# form (3 runs of the cases marked SHORT)
+N ?= 20
+test-repeat: all fixtures fixtures-current
+	@cd tests && CAPSAN_REPEAT=$(N) $(PYTHON) -m pytest -q -p no:cacheprovider test_repeat.py $(PYTEST_ARGS)
 
 # `pip install .` into a fresh venv of every CPython 3.10-3.13 that .ci/venvs
 # finds (make test does cp311 only), and make install

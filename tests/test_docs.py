@@ -66,6 +66,8 @@ NOT_RUN = [
     (r"^make check-upstream$", "upstream suites under capsan: about 4 minutes, and their files "
                                "come from the network (once, cached)"),
     (r"^make (bench|bench-quick|bench-floor)$", "benchmarks: minutes under callgrind"),
+    (r"^make test-repeat\b", "every scenario 20 times beside a CPU hog: about half an hour "
+                              "(make test runs its short form: test_repeat.py)"),
     (r"^make (fuzz|asan|stress)\b", "multi-minute hardening runs (make test runs their short "
                                     "forms: test_sanitizers.py, test_stress.py, the fuzz "
                                     "regressions)"),

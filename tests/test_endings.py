@@ -28,21 +28,18 @@ def check_leaks(res, script, ended, indirect=True):
     """One process lost LEAKS tensors at the consumer's line (with numpy
     exports, each batch's buffer indirect), and it says how it ended.
 
-    The verdict is a conservative scan, as LeakSanitizer's: a leaked
-    tensor whose address is also the address of an object freed earlier
-    looks referenced when a stale copy of that old pointer survives (in the
-    unused tail of a reused pymalloc block, say). It is then reported
-    live-at-exit, a warning at the same line, instead of leaked. Which
-    addresses collide depends on the memory layout (the length of the
-    environment is enough to change it), so the programs lose three
-    tensors, and at least one must be judged leaked."""
+    The verdict is a conservative scan, as LeakSanitizer's, of the roots
+    only (reach.c): no stale copy of a leaked tensor's address in free
+    memory, a dead thread's stack or the unused part of a live one may keep
+    it, so every leaked tensor is judged leaked on every run, whatever the
+    load or the memory layout (test_repeat.py runs these many times)."""
     line = marker_line(script, "consume-leak")
     errs = errors(res.report)
     assert errs and {f["kind"] for f in errs} == {"dlpack-leak"}, summarize(res.report)
     live = [f for f in findings(res.report, "live-at-exit")
             if f["object"]["type"] == "DLManagedTensor"]
-    assert len(errs) + len(live) == LEAKS, summarize(res.report)
-    for f in errs + live:
+    assert len(errs) == LEAKS and live == [], summarize(res.report)
+    for f in errs:
         assert events_at(f, script, line, "consume"), (line, summarize(res.report))
     alloc_line = marker_line(script, "alloc") if indirect else None
     for f in errs:

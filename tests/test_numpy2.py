@@ -154,6 +154,11 @@ def test_stale_handler_ctx_freed(tmp_path, tag):
     F.check_stale_handler_ctx_freed(tmp_path, np2(tag))
 
 
+@pytest.mark.parametrize("tag", FULL)
+def test_stale_handler_two_arrays(tmp_path, tag):
+    F.check_stale_handler_two_arrays(tmp_path, np2(tag))
+
+
 # ---------------------------------------------------------------- numpy-bad-handler
 
 @pytest.mark.parametrize("mode", sorted(F.BAD))

@@ -11,14 +11,15 @@ finding before it.
 Each test here is a check_*(tmp_path, py) run on Debian's python3 (numpy
 1.24); tests/test_numpy2.py runs the same checks on the numpy 2 venvs.
 """
+import re
 import signal
 import sys
 
 import pytest
 
-from conftest import (DEFAULT_EXITCODE, SCENARIOS, STATIC_PY, assert_lsan_stderr, events_at,
-                      findings, marker_line, is_signal, kinds, process_of, run_capsan, run_plain,
-                      summarize)
+from conftest import (DEFAULT_EXITCODE, SCENARIOS, STATIC_PY, assert_lsan_stderr, crash_reports,
+                      events_at, findings, marker_line, is_signal, kinds, process_of, run_capsan,
+                      run_plain, summarize)
 
 sys.path.insert(0, str(SCENARIOS))
 from np_testlib import assert_at, np_env, numpy_version, run_api, summarize_list  # noqa: E402
@@ -322,6 +323,37 @@ def check_stale_handler_ctx_freed(tmp_path, py=STATIC_PY):
 
 def test_stale_handler_ctx_freed(tmp_path):
     check_stale_handler_ctx_freed(tmp_path)
+
+
+def check_stale_handler_two_arrays(tmp_path, py=STATIC_PY):
+    """Two arrays outlive their handler's struct, which is freed: each free
+    through it is stale, and one may crash (on the reused struct). A
+    finding on the way into the crash is on record before it, every time:
+    the trace and the crash report hold one finding for each free reached,
+    the crashing one included, at its line."""
+    script = S / "np_stale.py"
+    res = run_capsan(script, tmp_path, args=["two"], env=np_env(py), interpreter=py)
+    fs = [f for f in report_findings(res) if f["kind"] == "numpy-stale-handler"]
+    # a crash leaves the array not yet freed live at the end (a warning)
+    assert kinds(res.report) - {"live-at-exit"} == {"numpy-stale-handler"}, res.describe()
+    if "survived two" in res.stdout:
+        reached = ["free", "free2"]
+        assert res.returncode == DEFAULT_EXITCODE, res.describe()
+    else:
+        [rep] = crash_reports(res.stderr)
+        m = re.search(r"innermost first:\n    #0 \S*np_stale\.py:(\d+) in run$", rep, re.M)
+        assert m, rep
+        at = int(m.group(1))
+        assert at in (marker_line(script, "free"), marker_line(script, "free2")), rep
+        reached = ["free"] if at == marker_line(script, "free") else ["free", "free2"]
+        assert f"{len(reached)} finding(s) reported before the crash" in rep, rep
+    assert len(fs) == len(reached), (reached, res.describe())
+    for tag in reached:
+        assert_at(fs, "numpy-stale-handler", script, tag, event="free")
+
+
+def test_stale_handler_two_arrays(tmp_path):
+    check_stale_handler_two_arrays(tmp_path)
 
 
 def check_exit_leaks_grouped_live(tmp_path, py=STATIC_PY):

@@ -1,6 +1,7 @@
 /* Reachability at _exit (reach.h). */
 #include "reach.h"
 #include "pyapi.h"
+#include "pypools.h"
 #include "pyversion.h"
 
 #include <dlfcn.h>
@@ -26,8 +27,11 @@ struct cs_reach {
     size_t nown, capown;
     int oom;
     unsigned region;    /* CS_WHERE_* of the mapping being scanned */
-    unsigned char *buf; /* one page at a time is copied here (PAGE bytes) */
+    unsigned char *buf; /* one pool or page at a time is copied here (BUF bytes) */
+    uintptr_t type_type; /* &PyType_Type: a dead object's type is one */
 };
+
+#define BUF CS_POOL_SIZE
 
 cs_reach *cs_reach_new(const uint64_t *keys, size_t n)
 {
@@ -40,14 +44,15 @@ cs_reach *cs_reach_new(const uint64_t *keys, size_t n)
         free(r);
         return NULL;
     }
-    if (!(r->buf = malloc(4096))) {
+    if (!(r->buf = malloc(BUF))) {
         free(r->seen);
         free(r);
         return NULL;
     }
     cs_reach_own(r, keys, n * sizeof *keys);
     cs_reach_own(r, r->seen, n ? n : 1);
-    cs_reach_own(r, r->buf, 4096);
+    cs_reach_own(r, r->buf, BUF);
+    r->type_type = (uintptr_t)dlsym(RTLD_DEFAULT, "PyType_Type");
     return r;
 }
 
@@ -80,9 +85,10 @@ static int cmp_range(const void *a, const void *b)
  * next heap chunk (a consumer's 48-byte record of the tensor) */
 #define SELF_SPAN 80
 
-/* the words of a copy at [a, b) of the (aligned) memory at `at` */
+/* the words of a copy at [a, b) of the (aligned) memory at `at`; a
+ * pymalloc block's (block != 0) are not roots if it is a dead object */
 static void scan_words(cs_reach *r, uintptr_t a, uintptr_t b, uintptr_t at, cs_root_cb cb,
-                       void *ud)
+                       void *ud, int block)
 {
     uint64_t kmin = r->keys[0], kmax = r->keys[r->n - 1];
     for (const uint64_t *p = (const uint64_t *)a; (uintptr_t)(p + 1) <= b; p++, at += 8) {
@@ -93,41 +99,71 @@ static void scan_words(cs_reach *r, uintptr_t a, uintptr_t b, uintptr_t at, cs_r
         /* an object does not keep itself alive: a DLManagedTensor's
          * manager_ctx often points at the struct that holds it */
         if (i >= 0 && !r->seen[i] && (uint64_t)at - w >= SELF_SPAN) {
+            if (block && cs_pool_block_dead((const uint64_t *)a, (b - a) / 8, r->type_type))
+                return;
+            block = 0; /* asked once */
             r->seen[i] = 1;
             cb(ud, w, (uint64_t)at, 0, r->region);
         }
     }
 }
 
+/* the resident pages of [lo, hi) (within one pool-sized chunk), copied
+ * into r->buf at their offset from `chunk`; how many were */
+static size_t copy_resident(cs_reach *r, uintptr_t chunk, uintptr_t lo, uintptr_t hi,
+                            const unsigned char *vec)
+{
+    enum { PG = 4096 };
+    size_t got = 0;
+    for (uintptr_t pg = lo & ~(uintptr_t)(PG - 1); pg < hi; pg += PG) {
+        uintptr_t a = pg < lo ? lo : pg, b = pg + PG > hi ? hi : pg + PG;
+        unsigned char *dst = r->buf + (a - chunk);
+        /* copied, not read in place: another thread may unmap it (a
+         * thread's stack as it exits) while this one scans */
+        struct iovec local = {dst, b - a}, remote = {(void *)a, b - a};
+        if ((vec[(pg - chunk) / PG] & 1) &&
+            process_vm_readv(getpid(), &local, 1, &remote, 1, 0) == (ssize_t)(b - a))
+            got++;
+        else
+            memset(dst, 0, b - a); /* untouched: zeros */
+    }
+    return got;
+}
+
+/* A pymalloc pool: its carved blocks that are neither free nor dead */
+static void scan_pool(cs_reach *r, const cs_pool *pl, uintptr_t chunk, cs_root_cb cb, void *ud)
+{
+    for (uint32_t off = pl->first, k = 0; off + pl->bs <= pl->end; off += pl->bs, k++)
+        if (!cs_pool_block_free(pl, k))
+            scan_words(r, (uintptr_t)r->buf + off, (uintptr_t)r->buf + off + pl->bs, chunk + off,
+                       cb, ud, 1);
+}
+
 /* [a, b), resident pages only: an untouched anonymous page holds zeros,
- * and reading it would map it */
+ * and reading it would map it. In anonymous memory, a pymalloc pool's
+ * free blocks and dead objects are not scanned (pypools.h). */
 static void scan_resident(cs_reach *r, uintptr_t a, uintptr_t b, cs_root_cb cb, void *ud)
 {
-    enum { PG = 4096, BATCH = 1024 };
-    unsigned char vec[BATCH];
-    uintptr_t pa = a & ~(uintptr_t)(PG - 1);
-    while (pa < b) {
-        size_t npg = (b - pa + PG - 1) / PG;
-        if (npg > BATCH)
-            npg = BATCH;
-        if (mincore((void *)pa, npg * PG, vec) != 0)
-            memset(vec, 1, npg); /* unknown: scan it */
-        for (size_t k = 0; k < npg; k++) {
-            uintptr_t lo = pa + k * PG, hi = lo + PG;
-            if (!(vec[k] & 1))
-                continue;
-            /* whole aligned words, so the copy's words are the memory's */
-            lo = ((lo < a ? a : lo) + 7) & ~(uintptr_t)7;
-            hi = (hi > b ? b : hi) & ~(uintptr_t)7;
-            if (hi <= lo)
-                continue;
-            /* copied, not read in place: another thread may unmap it (a
-             * thread's stack as it exits) while this one scans */
-            struct iovec local = {r->buf, hi - lo}, remote = {(void *)lo, hi - lo};
-            if (process_vm_readv(getpid(), &local, 1, &remote, 1, 0) == (ssize_t)(hi - lo))
-                scan_words(r, (uintptr_t)r->buf, (uintptr_t)r->buf + (hi - lo), lo, cb, ud);
+    enum { PG = 4096 };
+    unsigned char vec[BUF / PG];
+    a = (a + 7) & ~(uintptr_t)7; /* whole aligned words: the copy's are the memory's */
+    b &= ~(uintptr_t)7;
+    for (uintptr_t chunk = a & ~(uintptr_t)(BUF - 1); chunk < b; chunk += BUF) {
+        uintptr_t lo = chunk < a ? a : chunk, hi = chunk + BUF > b ? b : chunk + BUF;
+        uintptr_t pa = lo & ~(uintptr_t)(PG - 1);
+        size_t npg = (hi - pa + PG - 1) / PG;
+        if (mincore((void *)pa, npg * PG, vec + (pa - chunk) / PG) != 0)
+            memset(vec + (pa - chunk) / PG, 1, npg); /* unknown: scan it */
+        if (!copy_resident(r, chunk, lo, hi, vec))
+            continue;
+        cs_pool pl;
+        if (r->region == CS_WHERE_ANON && lo == chunk && hi == chunk + BUF && (vec[0] & 1) &&
+            cs_pool_parse(r->buf, chunk, &pl)) {
+            scan_pool(r, &pl, chunk, cb, ud);
+            continue;
         }
-        pa += npg * PG;
+        scan_words(r, (uintptr_t)r->buf + (lo - chunk), (uintptr_t)r->buf + (hi - chunk), lo, cb,
+                   ud, 0);
     }
 }
 

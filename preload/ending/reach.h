@@ -7,8 +7,10 @@
  * stack is the interpreter's way there, full of stale words.
  * Not scanned: shared mappings (capsan's trace), capsan's own library and
  * the memory capsan registers as its own (cs_reach_own), which holds every
- * key. Other threads' registers are not seen. Conservative, as a scan
- * must be: a stale copy of a pointer makes an object reachable. */
+ * key, and free memory of the interpreter's small-object pools: free
+ * blocks, never-carved tails, dead free-listed objects (pypools.h). Other
+ * threads' registers are not seen. Conservative, as a scan must be: a
+ * stale copy of a pointer in live memory makes an object reachable. */
 #ifndef CAPSAN_REACH_H
 #define CAPSAN_REACH_H
 

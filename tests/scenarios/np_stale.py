@@ -2,7 +2,8 @@
 from the np_stalehandler extension.
 
 argv[1]: struct (free the PyDataMem_Handler), ctx (free its ctx), swap
-(overwrite its free function in place).
+(overwrite its free function in place), two (free the struct while two
+arrays use it: each free is stale, and the second may crash).
 argv[2]: "trace" to run it inside capsan.trace() and print its findings.
 """
 import sys
@@ -21,9 +22,11 @@ if traced:
 def run():
     old = S.install()  # <-- install
     a = np.ones(1000)  # <-- alloc
+    a2 = np.ones(1000) if what == "two" else None  # <-- alloc2
     S.set_handler(old)
-    S.destroy(what)  # <-- destroy
+    S.destroy("struct" if what == "two" else what)  # <-- destroy
     del a  # <-- free
+    del a2  # <-- free2
     b = np.ones(1000)  # a new array: the default handler again
     del b
 
