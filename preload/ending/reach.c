@@ -264,6 +264,12 @@ size_t cs_reach_run(cs_reach *r, cs_root_cb cb, void *ud)
         hits = r->n;
         goto out;
     }
+    /* the list of capsan's ranges is capsan's memory too: it holds range
+     * starts that may equal a key. Room first, so that listing it does
+     * not move it. */
+    cs_reach_own(r, r->own, 1);
+    r->nown--;
+    cs_reach_own(r, r->own, r->capown * sizeof *r->own);
     qsort(r->own, r->nown, sizeof *r->own, cmp_range);
     uintptr_t sp = (uintptr_t)__builtin_frame_address(0);
     size_t cur = 0;
