@@ -10,6 +10,7 @@
 #include "arrow_int.h"
 #include "arrow_rec.h"
 #include "arrow_wrap.h"
+#include "byaddr.h"
 #include "capsan.h"
 #include "names.h"
 #include "options.h"
@@ -21,6 +22,7 @@
 
 void cs_ar_new(PyObject_ *cap, void *ptr, int type, int has_dtor, uint8_t gil_flags)
 {
+    cs_ar_note_capsule_struct(ptr); /* filled next by an export: the capsule's */
     ar_rec *r = cs_ar_rec_alloc(type);
     if (!r)
         return;
@@ -36,6 +38,7 @@ void cs_ar_new(PyObject_ *cap, void *ptr, int type, int has_dtor, uint8_t gil_fl
 /* R43: a consumer's read; the struct is wrapped at the first one */
 void cs_ar_read(PyObject_ *cap, void *ptr)
 {
+    cs_ar_note_capsule_struct(ptr); /* imported next: the capsule's */
     ar_rec *r = cs_ar_ctab_get(cap, 0);
     if (!r)
         return; /* made before capsan started, or by a producer it could not follow */
@@ -58,6 +61,7 @@ void cs_ar_read(PyObject_ *cap, void *ptr)
 void cs_ar_dtor_enter(PyObject_ *cap, void *ptr, int has_dtor, cs_ar_dying *d)
 {
     memset(d, 0, sizeof *d);
+    cs_ar_forget_capsule_struct(ptr); /* its memory may be reused for a struct by address */
     ar_rec *r = cs_ar_ctab_get(cap, 1);
     if (!r)
         return;

@@ -55,7 +55,10 @@ typedef struct ar_rec {
     int32_t idx;               /* a kid's index among its parent's children, -1 the dictionary */
     uint8_t kid;
     uint8_t expect;            /* its parent's release must release it (set as that starts) */
+    uint8_t byaddr;            /* BA_*: handed over by address (byaddr.c) */
 } ar_rec;
+#define BA_BORN 1u     /* born by address: no capsule, its holder owns it */
+#define BA_IMPORTED 2u /* moved into an importer by address */
 #define DONE_CAPSULE 1u  /* its capsule is gone (or it never had one) */
 #define DONE_RELEASED 2u /* released, or nothing will release it through capsan */
 #define DONE_PARENT 4u   /* a kid's parent is released: its kids list is not walked again */

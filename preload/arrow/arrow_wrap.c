@@ -74,6 +74,11 @@ static int is_release_tramp(const void *f)
            f == (void *)release_stream || f == (void *)release_dstream;
 }
 
+int cs_ar_is_tramp(const void *f, int type)
+{
+    return f && f == release_tramp(type);
+}
+
 /* capsan's fields back in a stream struct (the record in private_data) */
 static void rewrap(void *s, ar_rec *r, int with_release)
 {
