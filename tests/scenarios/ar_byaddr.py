@@ -55,12 +55,12 @@ elif case == "double-release":
 elif case == "not-cleared":
     reader, where = query(bug="not_cleared")
     reader.read_all()
-    del reader  # <-- drop
+    del reader  # <-- drop-not-cleared
     print("survived", flush=True)
 elif case == "use-after-release":
     reader, where = query()
     reader.read_all()
-    del reader  # <-- drop
+    del reader  # <-- drop-used
     print(fx.cursor_error())  # <-- stale
 elif case == "misuse":
     reader, where = query(bug="barrier")
