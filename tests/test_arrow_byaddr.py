@@ -160,3 +160,27 @@ def test_pyarrow_test_cffi_clean(tmp_path, apy, mode):
     assert counts in res.stdout, (counts, res.stdout[-2000:])
     bad = [f for f in findings(res.report) if not own_leak(f)]
     assert bad == [], res.describe()
+
+
+def test_describe_an_address(tmp_path, apy):
+    """capsan.describe(int): the struct capsan follows there, its fields,
+    its producer (also once moved out: the record keeps its release) and
+    where it stands; an address capsan follows nothing at says so."""
+    import json
+    from conftest import BUILD
+    py, fix = apy
+    res = run_capsan(S, tmp_path, interpreter=py, args=["describe"],
+                     env={"PYTHONPATH": f"{BUILD / 'python'}:{fix}"})
+    ds = [json.loads(line) for line in res.stdout.splitlines() if line.startswith("{")]
+    assert len(ds) == 4, res.describe()
+    stream, arr, sch, unknown = ds
+    assert stream["followed"] and stream["capsules"][0]["name"] == "ArrowArrayStream"
+    assert stream["capsules"][0]["producer"].startswith("arrowaddr"), stream
+    assert "moved out" in stream["state"], stream["state"]
+    assert arr["capsules"][0]["struct"]["length"] == 3 and arr["capsules"][0]["released"] is False
+    assert "handed over by address, live" in arr["state"], arr["state"]
+    assert arr["capsules"][0]["producer"].startswith("libarrow"), arr
+    assert sch["capsules"][0]["struct"]["format"] == "l"
+    assert unknown["followed"] is False and unknown["verdict"] == "unknown"
+    assert "followed by capsan: handed over by address" in res.stderr, res.stderr[-2000:]
+    assert findings(res.report) == [], res.describe()

@@ -146,3 +146,26 @@ void *capsan_arrow_original(const void *s, int type, int what)
         return NULL;
     return what ? r->pd : r->release;
 }
+
+/* What capsan follows at address s (capsan.describe(int)): its cs_ar_type
+ * | CS_AT_* bits, or 0. The record in its private_data says, and its
+ * release is capsan's trampoline, or NULL once moved out or released. */
+int capsan_arrow_at(const void *s)
+{
+    static const int order[] = {CS_AR_DEVICE_STREAM, CS_AR_STREAM, CS_AR_DEVICE_ARRAY,
+                                CS_AR_ARRAY, CS_AR_SCHEMA};
+    for (int i = 0; i < 5; i++) {
+        int t = order[i];
+        if (!s || !cs_probe_read(s, lay[t].size))
+            continue;
+        ar_rec *r = FIELD(s, lay[t].pd);
+        void *rel = FIELD(s, lay[t].rel);
+        if (!is_rec(r) || r->type != t || (rel && !cs_ar_is_tramp(rel, t)))
+            continue;
+        return t | (atomic_load(&r->released) ? CS_AT_RELEASED : 0) |
+               (!rel ? CS_AT_EMPTY : 0) | ((r->byaddr & BA_BORN) ? CS_AT_BY_ADDR : 0) |
+               ((r->byaddr & BA_IMPORTED) ? CS_AT_IMPORTED : 0) | (r->cap ? CS_AT_CAPSULE : 0) |
+               (r->kid ? CS_AT_CHILD : 0);
+    }
+    return 0;
+}

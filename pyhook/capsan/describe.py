@@ -443,6 +443,9 @@ def describe(obj, consume: bool = False, *, max_version="auto", copy=None,
         d["checks"].append({"rule": rule, "verdict": verdict, "message": message})
 
     from . import arrowdesc as A
+    if isinstance(obj, int) and not isinstance(obj, bool):
+        # an address: the Arrow struct capsan follows there (R49)
+        return Description(A.describe_address(obj, symbolize, _readable))
     if not isinstance(obj, type) and (A.is_arrow(obj) if arrow is None else arrow):
         return Description(A.describe_arrow(obj, symbolize, _original, _is_capsan, _readable))
     from . import exchange as X

@@ -75,4 +75,17 @@ elif case == "bad-struct":
         pa.RecordBatchReader._import_from_c(where)  # <-- import-empty
     except ValueError as e:
         print("refused:", e, flush=True)
+elif case == "describe":
+    import json
+
+    import capsan
+    reader, where = query()
+    a, sch = fx.alloc("array"), fx.alloc("schema")
+    pa.array([1, 2, 3], type=pa.int64())._export_to_c(a, sch)
+    for addr in (where, a, sch, id(reader)):
+        d = capsan.describe(addr)
+        print(json.dumps(d.as_dict()), flush=True)
+        print(d, file=sys.stderr)
+    fx.bind(a, sch)
+    del reader
 print("done", flush=True)
