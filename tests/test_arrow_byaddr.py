@@ -184,3 +184,26 @@ def test_describe_an_address(tmp_path, apy):
     assert unknown["followed"] is False and unknown["verdict"] == "unknown"
     assert "followed by capsan: handed over by address" in res.stderr, res.stderr[-2000:]
     assert findings(res.report) == [], res.describe()
+
+
+ADBC = tagged_pythons("adbcvenvs.txt")
+
+
+@pytest.mark.parametrize("case,least", [("adbc", 10), ("engines", 30)])
+@pytest.mark.parametrize("tag", ["cp311", "cp313"])
+def test_real_libraries_by_address_clean(tmp_path, tag, case, least):
+    """ADBC's driver manager with its SQLite driver (pinned, make
+    adbc-venvs: query results handed to pyarrow by address, a table
+    ingested), duckdb's result readers and scans of pyarrow data, and
+    polars to and from pyarrow report nothing. The structs they trade by
+    address were followed: capsule hooks alone see 3 (adbc) and 21
+    (engines) in these runs."""
+    import re
+    if tag not in ADBC:
+        pytest.skip(f"no ADBC {tag} venv (make adbc-venvs; .ci/adbcvenvs)")
+    script = SCENARIOS / "ar_addr_peers.py"
+    res = run_capsan(script, tmp_path, interpreter=ADBC[tag], args=[case], timeout=300)
+    assert res.returncode == 0 and f"{case} ok" in res.stdout, res.describe()
+    assert findings(res.report) == [], res.describe()
+    m = re.search(r"(\d+) Arrow structs? watched", res.stderr)
+    assert m and int(m.group(1)) >= least, res.stderr[-2000:]

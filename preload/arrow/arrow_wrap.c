@@ -302,7 +302,7 @@ static void take_over(ar_rec *r, ar_rec *root, void *s, void *rel, unsigned dept
         for (int k = 0; k < 3; k++)
             r->fn[k] = FIELD(s, L->sch + 8 * k);
     rewrap(s, r, 1);
-    if (cs_opt.arrow_deep && !L->stream)
+    if (cs_opt.arrow_deep && !L->stream && !(r->byaddr & BA_SHALLOW))
         wrap_kids(r, root, s, r->type == CS_AR_SCHEMA, depth);
     atomic_store(&r->wrapped, 1);
 }

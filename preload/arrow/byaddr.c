@@ -144,7 +144,7 @@ static ar_rec *birth(void *s, int type, void *found, const uintptr_t *slot)
     if (!r)
         return NULL;
     r->done = DONE_CAPSULE | DONE_PARENT; /* no capsule: retired once released */
-    r->byaddr = BA_BORN;
+    r->byaddr = (uint8_t)(BA_BORN | (found ? BA_SHALLOW : 0));
     unsigned bad;
     uint64_t badval = 0;
     if (!cs_ar_wrap(r, s, &bad, &badval)) {
