@@ -82,10 +82,14 @@ elif case == "describe":
     reader, where = query()
     a, sch = fx.alloc("array"), fx.alloc("schema")
     pa.array([1, 2, 3], type=pa.int64())._export_to_c(a, sch)
-    for addr in (where, a, sch, id(reader)):
+    for addr in (where, a, sch):
         d = capsan.describe(addr)
         print(json.dumps(d.as_dict()), flush=True)
         print(d, file=sys.stderr)
+    try:
+        capsan.describe(id(reader))  # an address capsan follows nothing at
+    except TypeError as e:
+        print("unknown:", e, flush=True)
     fx.bind(a, sch)
     del reader
 print("done", flush=True)
