@@ -33,6 +33,7 @@ const char *cs_ar_event_name(const cs_event *ev)
         return (ev->aux & CS_AR_FROM_NEXT)     ? "get-next"
                : (ev->aux & CS_AR_FROM_SCHEMA) ? "get-schema"
                : (ev->aux & CS_AR_BY_ADDR)     ? "export-by-address"
+               : (ev->aux & CS_AR_MOVED_KID)   ? "move-child"
                                                : "export";
     case CS_EV_AR_BORROW:
         return (ev->aux & CS_ARB_IMPORT)     ? "import-by-address"
@@ -66,7 +67,10 @@ const char *cs_ar_event_phrase(const cs_finding *f, int i)
                    ? "first met at an import by address (born in the library of its release "
                      "callback), at"
                : (ev->aux & CS_AR_BY_ADDR) ? "exported by address at"
-                                           : "exported in a capsule at";
+               : (ev->aux & CS_AR_MOVED_KID)
+                   ? "moved out of its parent by its consumer (seen as the parent's release "
+                     "started) at"
+                   : "exported in a capsule at";
     case CS_EV_AR_BORROW:
         if (ev->aux & CS_ARB_IMPORT)
             return "imported by address (moved into the importer, which releases it) at";
@@ -134,6 +138,7 @@ static const char *origin_words(const cs_finding *f)
                    : (f->events[i].aux & CS_AR_FROM_SCHEMA) ? "returned by get_schema"
                    : (f->events[i].aux & CS_AR_FOUND)       ? "handed over by address"
                    : (f->events[i].aux & CS_AR_BY_ADDR)     ? "exported by address"
+                   : (f->events[i].aux & CS_AR_MOVED_KID)   ? "a child moved out of its parent"
                                                             : "exported in a capsule";
     return "exported";
 }

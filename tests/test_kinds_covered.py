@@ -57,6 +57,7 @@ COVERED = {
     "arrow-leak": ["test_arrow_findings.py::test_leak_moved_never_released",
                    "test_arrow_findings.py::test_leak_capsule_without_destructor",
                    "test_arrow_findings.py::test_child_left_by_parent_release",
+                   "test_arrow_findings.py::test_moved_child_never_released",
                    "test_arrow_byaddr.py::test_leak_exported_never_released"],
     "arrow-double-release": ["test_arrow_findings.py::test_double_release_copy_not_move",
                              "test_arrow_findings.py::test_double_release_without_protect_really_crashes",
