@@ -165,7 +165,7 @@ static ar_rec *birth(void *s, int type, void *found, const uintptr_t *slot)
 /* s about to be moved into an importer */
 static void imported(void *s, int type, const uintptr_t *slot)
 {
-    if (!s || capsule_struct(s))
+    if (!s)
         return;
     const layout *L = &lay[type];
     if (!cs_probe_read(s, L->full))
@@ -199,7 +199,7 @@ static void imported(void *s, int type, const uintptr_t *slot)
 /* s filled by an export that succeeded */
 static void exported(void *s, int type, const uintptr_t *slot)
 {
-    if (!s || capsule_struct(s) || !cs_probe_read(s, lay[type].full) || !FIELD(s, lay[type].rel))
+    if (!s || !cs_probe_read(s, lay[type].full) || !FIELD(s, lay[type].rel))
         return;
     birth(s, type, NULL, slot);
 }
@@ -215,6 +215,14 @@ static uintptr_t body(int i, const uintptr_t *slot, uintptr_t a0, uintptr_t a1, 
     const entry *e = &tab[i];
     uintptr_t a[6] = {a0, a1, a2, a3, a4, a5};
     void *main = e->arg ? (void *)a[e->arg] : NULL, *sch = e->sarg ? (void *)a[e->sarg] : NULL;
+    /* the capsule path's own call (pyarrow's __arrow_c_*__ and
+     * _import_from_c_capsule): forwarded with nothing else done */
+    if (capsule_struct(main))
+        main = NULL;
+    if (capsule_struct(sch))
+        sch = NULL;
+    if (!main && !sch)
+        return f(a0, a1, a2, a3, a4, a5);
     depth++;
     if (e->import) {
         if (main)
