@@ -60,7 +60,7 @@ PY_SRC   := $(wildcard pyhook/capsan/*.py)
 PY_OUT   := $(patsubst pyhook/capsan/%,$(B)/python/capsan/%,$(PY_SRC))
 
 .PHONY: all deps demo test test-c test-py bench install clean check-numpy venvs fixtures-current fixture-sos
-.PHONY: test-install realworld-venvs test-realworld arrow-venvs check-upstream test-repeat
+.PHONY: test-install realworld-venvs test-realworld arrow-venvs adbc-venvs check-upstream test-repeat
 all: $(B)/lib/libcapsan.so $(B)/bin/capsan python
 
 $(B)/obj/rt/%.o: %.c $(wildcard preload/*.h preload/*/*.h preload/*/*.inc model/*.h model/*.inc)
@@ -134,6 +134,13 @@ arrow-venvs:
 	@mkdir -p $(B)
 	@bash .ci/arrowvenvs > $(B)/arrowvenvs.txt.new && mv $(B)/arrowvenvs.txt.new $(B)/arrowvenvs.txt
 
+# ADBC's driver manager and SQLite driver beside the Arrow venvs' pins
+# (.ci/adbcvenvs, its own cache): build/adbcvenvs.txt for
+# tests/test_arrow_byaddr.py
+adbc-venvs:
+	@mkdir -p $(B)
+	@bash .ci/adbcvenvs > $(B)/adbcvenvs.txt.new && mv $(B)/adbcvenvs.txt.new $(B)/adbcvenvs.txt
+
 fixtures-current: venvs
 	@while read -r tag py; do \
 	  $(MAKE) --no-print-directory fixture-sos PYTHON=$$py FIXOUT=$(B)/tests/$$tag || exit 1; \
@@ -147,7 +154,7 @@ demo: deps
 	@bash examples/demo.sh
 
 test: deps
-	@$(MAKE) --no-print-directory all fixtures fixtures-current realworld-venvs arrow-venvs sanitizers fuzz-build wheel
+	@$(MAKE) --no-print-directory all fixtures fixtures-current realworld-venvs arrow-venvs adbc-venvs sanitizers fuzz-build wheel
 	@$(MAKE) --no-print-directory test-c
 	@$(MAKE) --no-print-directory test-san fuzz-regress
 	@$(MAKE) --no-print-directory test-py

@@ -32,8 +32,13 @@ const char *cs_ar_event_name(const cs_event *ev)
     case CS_EV_AR_EXPORT:
         return (ev->aux & CS_AR_FROM_NEXT)     ? "get-next"
                : (ev->aux & CS_AR_FROM_SCHEMA) ? "get-schema"
+               : (ev->aux & CS_AR_BY_ADDR)     ? "export-by-address"
+               : (ev->aux & CS_AR_MOVED_KID)   ? "move-child"
                                                : "export";
-    case CS_EV_AR_BORROW: return (ev->aux & CS_ARB_RELEASED) ? "reconsume" : "borrow";
+    case CS_EV_AR_BORROW:
+        return (ev->aux & CS_ARB_IMPORT)     ? "import-by-address"
+               : (ev->aux & CS_ARB_RELEASED) ? "reconsume"
+                                             : "borrow";
     case CS_EV_AR_RELEASE: return "release";
     case CS_EV_AR_CALL:
         return (ev->aux & 0xff) == CS_ARC_GET_NEXT     ? "get-next"
@@ -58,8 +63,17 @@ const char *cs_ar_event_phrase(const cs_finding *f, int i)
     case CS_EV_AR_EXPORT:
         return (ev->aux & CS_AR_FROM_NEXT)     ? "returned by the stream's get_next at"
                : (ev->aux & CS_AR_FROM_SCHEMA) ? "returned by the stream's get_schema at"
-                                               : "exported in a capsule at";
+               : (ev->aux & CS_AR_FOUND)
+                   ? "first met at an import by address (born in the library of its release "
+                     "callback), at"
+               : (ev->aux & CS_AR_BY_ADDR) ? "exported by address at"
+               : (ev->aux & CS_AR_MOVED_KID)
+                   ? "moved out of its parent by its consumer (seen as the parent's release "
+                     "started) at"
+                   : "exported in a capsule at";
     case CS_EV_AR_BORROW:
+        if (ev->aux & CS_ARB_IMPORT)
+            return "imported by address (moved into the importer, which releases it) at";
         if (ev->aux & CS_ARB_RELEASED)
             return "read again, already released (release == NULL), at";
         return earlier ? "read by another consumer at" : "read by a consumer at";
@@ -90,9 +104,10 @@ const char *cs_ar_event_phrase(const cs_finding *f, int i)
                                          "release == NULL) at"
                                        : "capsule destroyed at";
     case CS_EV_AR_CHECK:
-        return ev->aux == CS_ARK_RENAMED    ? "capsule renamed at"
-               : ev->aux == CS_ARK_BAD_NAME ? "capsule made under that name at"
-                                            : "checked at";
+        return ev->aux == CS_ARK_RENAMED           ? "capsule renamed at"
+               : ev->aux == CS_ARK_BAD_NAME        ? "capsule made under that name at"
+               : ev->aux == CS_ARK_IMPORT_RELEASED ? "imported by address, already released, at"
+                                                   : "checked at";
     case CS_EV_AR_REACHABLE:
         return ev->aux == CS_WHERE_THREAD
                  ? "held at the end by a Python thread still running (a daemon thread), which moved it last"
@@ -110,9 +125,12 @@ const char *cs_ar_object_type(const cs_finding *f)
 {
     if (f->kind == CS_KIND_ARROW_BAD_NAME)
         return "PyCapsule";
-    for (int i = 0; i < f->nevents; i++)
+    for (int i = 0; i < f->nevents; i++) {
         if (f->events[i].kind == CS_EV_AR_EXPORT)
             return type_name(CS_AR_TYPE(f->events[i].aux));
+        if (f->events[i].kind == CS_EV_AR_CHECK && f->events[i].aux == CS_ARK_IMPORT_RELEASED)
+            return type_name(f->events[i].extra);
+    }
     return "Arrow struct";
 }
 
@@ -123,6 +141,9 @@ static const char *origin_words(const cs_finding *f)
         if (f->events[i].kind == CS_EV_AR_EXPORT)
             return (f->events[i].aux & CS_AR_FROM_NEXT)     ? "returned by get_next"
                    : (f->events[i].aux & CS_AR_FROM_SCHEMA) ? "returned by get_schema"
+                   : (f->events[i].aux & CS_AR_FOUND)       ? "handed over by address"
+                   : (f->events[i].aux & CS_AR_BY_ADDR)     ? "exported by address"
+                   : (f->events[i].aux & CS_AR_MOVED_KID)   ? "a child moved out of its parent"
                                                             : "exported in a capsule";
     return "exported";
 }
@@ -160,10 +181,27 @@ const char *cs_ar_message(const cs_finding *f, char *buf, size_t n)
     switch (f->kind) {
     case CS_KIND_ARROW_LEAK:
         switch (f->detail) {
-        case CS_LEAK_CONSUMED:
-            snprintf(buf, n, "%s %#llx (%s) was moved out by its consumer and never released "
-                     "(R42: the consumer must call release when done)", t, p, origin_words(f));
+        case CS_LEAK_CONSUMED: {
+            int by_addr = 0, imported = 0;
+            for (int i = 0; i < f->nevents; i++) {
+                by_addr |= f->events[i].kind == CS_EV_AR_EXPORT &&
+                           (f->events[i].aux & CS_AR_BY_ADDR);
+                imported |= f->events[i].kind == CS_EV_AR_BORROW &&
+                            (f->events[i].aux & CS_ARB_IMPORT);
+            }
+            if (imported)
+                snprintf(buf, n, "%s %#llx (%s) was imported by address and never released "
+                         "(R42, R49: the importer owns the release)", t, p, origin_words(f));
+            else if (by_addr)
+                snprintf(buf, n, "%s %#llx (%s) was never imported or released (R42, R49: "
+                         "whoever holds a struct exported by address must import it or call "
+                         "its release)", t, p, origin_words(f));
+            else
+                snprintf(buf, n, "%s %#llx (%s) was moved out by its consumer and never "
+                         "released (R42: the consumer must call release when done)", t, p,
+                         origin_words(f));
             break;
+        }
         case CS_LEAK_NULL_DESTRUCTOR:
             snprintf(buf, n, "%s %#llx leaked: its capsule was created without a destructor and "
                      "died with release still set (R41)", t, p);
@@ -241,6 +279,11 @@ const char *cs_ar_message(const cs_finding *f, char *buf, size_t n)
             break;
         case CS_ARK_NULL_CALLBACK:
             snprintf(buf, n, "%s %#llx has a NULL %s (R45)", t, p, call_name((unsigned)f->value));
+            break;
+        case CS_ARK_IMPORT_RELEASED:
+            snprintf(buf, n, "%s %#llx was imported by address with release == NULL (R43, R49): "
+                     "its producer handed over an empty or released struct; the importer "
+                     "refuses it, or reads garbage if it does not check", t, p);
             break;
         case CS_ARK_DEVICE:
             snprintf(buf, n, "%s %#llx: device_type %llu is not an ArrowDeviceType, or CPU "

@@ -1,9 +1,11 @@
-/* The Arrow PyCapsule interface's rules (rulebook-seams R40-R48): a
+/* The Arrow PyCapsule interface's rules (rulebook-seams R40-R49): a
  * schema, array or stream struct lent in an arrow_* capsule is born at
  * PyCapsule_New, read by consumers (a borrow), moved out (the capsule dies
  * with release == NULL and no release ran) and released exactly once by
  * its release callback, which must set release = NULL. A stream's
- * get_next / get_schema results are born owned by their caller.
+ * get_next / get_schema results are born owned by their caller, and so is
+ * a struct handed over by address (R49: filled by arrow::Export*, or met
+ * first at an import), which an import by address moves into the importer.
  *
  * The object is capsan's record of the struct (preload/arrow/arrow_rec.c), not its
  * address: every bitwise copy carries the record, so a move keeps it.
@@ -52,6 +54,12 @@ static unsigned on_borrow(cs_lifecycle *lc, stripe *st, obj *o, const cs_event *
 {
     if (!o)
         return 0; /* exported before capsan started */
+    if (ev->aux & CS_ARB_IMPORT) {
+        /* R49: moved into an importer, which releases it from now on */
+        o->state = CS_ST_CONSUMED;
+        ot_hist_add(st, o, ev, j);
+        return 0;
+    }
     if (!(ev->aux & CS_ARB_RELEASED)) {
         o->flags |= AF_READ;
         ot_hist_add(st, o, ev, j);

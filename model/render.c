@@ -258,6 +258,21 @@ static void render_stack(cs_out *o, const cs_stack_source *src, uint32_t stack)
         render_frame(o, k, &frames[k]);
 }
 
+/* An Arrow struct first met at an import (R49): the library its release
+ * callback lies in is its producer */
+static void render_producer(cs_out *o, const cs_stack_source *src, uint64_t release)
+{
+    cs_frame_info fr[8];
+    int n = src->native(src->ud, release + 1, fr, 8); /* an exact address, not a return one */
+    if (n <= 0)
+        return;
+    const cs_frame_info *f = &fr[n - 1];
+    const char *mod = f->module ? strrchr(f->module, '/') : NULL;
+    cs_outf(o, "    its producer: %s (its release callback %s at 0x%llx)\n",
+            mod ? mod + 1 : f->module ? f->module : "an unknown object",
+            f->function ? f->function : "", (unsigned long long)release);
+}
+
 static void render_events(cs_out *o, const cs_finding *f, int from, const cs_stack_source *src)
 {
     int nev = f->nevents < CS_FINDING_MAX_EVENTS ? f->nevents : CS_FINDING_MAX_EVENTS;
@@ -282,6 +297,9 @@ static void render_events(cs_out *o, const cs_finding *f, int from, const cs_sta
         }
         cs_outf(o, " (thread T%u):\n", ev->thread);
         render_stack(o, src, ev->stack);
+        if (ev->kind == CS_EV_AR_EXPORT && (ev->aux & CS_AR_FOUND) && ev->c && src &&
+            src->native)
+            render_producer(o, src, ev->c);
     }
 }
 

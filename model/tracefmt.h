@@ -278,8 +278,18 @@ enum cs_ar_type { CS_AR_SCHEMA = 1, CS_AR_ARRAY = 2, CS_AR_STREAM = 3, CS_AR_DEV
 #define CS_AR_FROM_SCHEMA 0x20u /* returned by a stream's get_schema */
 #define CS_AR_UNFOLLOWED 0x40u  /* arrow_wrap=0: its struct is never written, so moves and
                                  * releases are not followed */
+#define CS_AR_BY_ADDR 0x80u     /* handed over by address (R49): filled by an export function
+                                 * (arrow::Export*), or met first at an import */
+#define CS_AR_FOUND 0x100u      /* with BY_ADDR: first met at an import, born in a library
+                                 * capsan never saw export it: c=its release callback */
+#define CS_AR_MOVED_KID 0x200u  /* arrow_deep=1: a child or dictionary its consumer moved out
+                                 * of its parent, followed on its own from the parent's
+                                 * release (where the move is first seen): b=where it was,
+                                 * c=the parent's exported struct's record */
 /* CS_EV_AR_BORROW aux */
 #define CS_ARB_RELEASED 1u      /* its release was NULL when read: consumed already */
+#define CS_ARB_IMPORT 2u        /* an import by address (arrow::Import*, R49): a move into
+                                 * the importer, which owns the release from now on */
 /* CS_EV_AR_RELEASE aux */
 #define CS_ARR_AGAIN 1u         /* released already (written before this call runs) */
 #define CS_ARR_NOT_CLEARED 2u   /* the producer's release returned with release != NULL */
@@ -315,6 +325,9 @@ enum cs_ar_check {
                              * obj=the capsule (no record: it is not followed), a, b, c =
                              * the name's first 24 bytes (NUL-padded), extra=the struct it
                              * resembles (cs_ar_type) | CS_ARK_NAME_USED */
+    CS_ARK_IMPORT_RELEASED = 6, /* an import by address (R49) of a struct whose release is
+                             * NULL and that capsan never saw live: handed over empty or
+                             * released; obj=its record, or the struct's address */
 };
 #define CS_ARK_NAME_USED 0x10u /* CS_ARK_BAD_NAME: with a used_ prefix */
 /* the namespace an event's object is in: NumPy's kinds are 16..23 */

@@ -130,6 +130,16 @@ CAPSAN_API void *capsan_xapi_original(const void *table, int entry);
  * (what 0) or private_data (what 1), which capsan's record stands in for;
  * NULL when capsan does not follow it. For inspection. */
 CAPSAN_API void *capsan_arrow_original(const void *s, int type, int what);
+/* The Arrow struct capsan follows at address s, by capsule or by address
+ * (capsan.describe(int)): its type (as above) | CS_AT_* bits; 0 when
+ * capsan follows none there. */
+#define CS_AT_RELEASED 0x100 /* its release ran (through some copy) */
+#define CS_AT_EMPTY 0x200    /* release == NULL here: moved out or released */
+#define CS_AT_BY_ADDR 0x400  /* handed over by address (R49), no capsule */
+#define CS_AT_IMPORTED 0x800 /* moved into an importer by address */
+#define CS_AT_CAPSULE 0x1000 /* its capsule is alive */
+#define CS_AT_CHILD 0x2000   /* a child or dictionary of one (arrow_deep=1) */
+CAPSAN_API int capsan_arrow_at(const void *s);
 
 #ifdef __cplusplus
 }

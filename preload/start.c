@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "capsan.h"
+#include "byaddr.h"
 #include "capsule.h"
 #include "xffi.h"
 #include "crash.h"
@@ -219,7 +220,7 @@ static const cs_hook process_hooks[] = {
     {"dlsym", (void *)hook_dlsym, "_ctypes"},
 };
 
-static cs_hook all_hooks[64];
+static cs_hook all_hooks[96];
 
 /* ---- fork ---- */
 
@@ -339,6 +340,8 @@ static int start(int preload)
         all_hooks[n++] = cs_unwfd_hooks[i];
     for (int i = 0; i < cs_xffi_nhooks; i++)
         all_hooks[n++] = cs_xffi_hooks[i];
+    for (int i = 0; i < cs_ar_addr_nhooks; i++)
+        all_hooks[n++] = cs_ar_addr_hooks[i];
     all_hooks_p = all_hooks;
     all_hooks_n = n;
     cs_got_init(all_hooks, n, (void *)self_marker);

@@ -266,6 +266,20 @@ def test_child_left_by_parent_release(tmp_path, py):
     assert_lsan_stderr(res.stderr, "arrow-leak")
 
 
+def test_moved_child_never_released(tmp_path, py):
+    """A consumer moves column 0 out of the batch (legal: it owns it from
+    then on), releases the rest and never releases the column: the child has
+    a lifecycle of its own from its parent's release, where the move is
+    first seen, and leaks at exit. The twin below releases it: clean."""
+    res = run(tmp_path, py, "moved-child-leak")
+    assert res.returncode == DEFAULT_EXITCODE and "done" in res.stdout, res.describe()
+    f = assert_finding_at(res, "arrow-leak", S, "moved-child-leak", event="move-child",
+                          innermost=False)
+    assert f["object"]["type"] == "ArrowArray", f["object"]
+    assert "a child moved out of its parent" in f["message"], f["message"]
+    only(res, ["arrow-leak"])
+
+
 def test_child_leak_twin_is_clean(tmp_path, py):
     """The correct batch: moved, a column moved out before the rest is
     released (legal: its mover releases it), borrowed, never consumed."""

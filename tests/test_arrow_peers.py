@@ -44,19 +44,10 @@ def test_polars_silent_reconsume(tmp_path, apy):
     assert kinds(res.report) == {"arrow-reconsume"}, res.describe()
 
 
-def test_pyarrow_own_c_data_interface_tests(tmp_path, apy):
-    """pyarrow's wheel ships its tests of the C data interface
-    (pyarrow/tests/test_cffi.py, with cffi): they pass under capsan, which
-    has nothing to say about them."""
-    import subprocess
-    site = subprocess.run([str(apy), "-c", "import pyarrow, os; print(os.path.dirname(pyarrow.__file__))"],
-                          capture_output=True, text=True, check=True).stdout.strip()
-    suite = f"{site}/tests/test_cffi.py"
-    code = ("import sys, pytest; sys.exit(pytest.main(['-q', '-p', 'no:cacheprovider', %r]))" % suite)
-    res = run_capsan(code, tmp_path, interpreter=apy, timeout=600)
-    assert res.returncode == 0, res.describe()
-    assert " passed" in res.stdout and " failed" not in res.stdout, res.stdout[-2000:]
-    assert findings(res.report) == [], res.describe()
+# pyarrow's own test_cffi.py (its _export_to_c / _import_from_c round
+# trips, structs handed over by address) runs in test_arrow_byaddr.py,
+# under capsan run and pytest --capsan, its pass counts checked against a
+# native run.
 
 
 def test_pandas_own_arrow_interface_tests(tmp_path, apy):

@@ -10,6 +10,7 @@
 #include "arrow_int.h"
 #include "arrow_rec.h"
 #include "arrow_wrap.h"
+#include "byaddr.h"
 #include "capsan.h"
 #include "names.h"
 #include "options.h"
@@ -21,6 +22,7 @@
 
 void cs_ar_new(PyObject_ *cap, void *ptr, int type, int has_dtor, uint8_t gil_flags)
 {
+    cs_ar_note_capsule_struct(ptr); /* filled next by an export: the capsule's */
     ar_rec *r = cs_ar_rec_alloc(type);
     if (!r)
         return;
@@ -53,6 +55,7 @@ uint64_t cs_ar_capsule_key(const PyObject_ *cap)
 /* R43: a consumer's read; the struct is wrapped at the first one */
 void cs_ar_read(PyObject_ *cap, void *ptr)
 {
+    cs_ar_note_capsule_struct(ptr); /* imported next: the capsule's */
     ar_rec *r = cs_ar_ctab_get(cap, 0);
     if (!r)
         return; /* made before capsan started, or by a producer it could not follow */
@@ -75,6 +78,7 @@ void cs_ar_read(PyObject_ *cap, void *ptr)
 void cs_ar_dtor_enter(PyObject_ *cap, void *ptr, int has_dtor, cs_ar_dying *d)
 {
     memset(d, 0, sizeof *d);
+    cs_ar_forget_capsule_struct(ptr); /* its memory may be reused for a struct by address */
     ar_rec *r = cs_ar_ctab_get(cap, 1);
     if (!r)
         return;
@@ -158,4 +162,27 @@ void *capsan_arrow_original(const void *s, int type, int what)
     if (!is_rec(r) || !atomic_load(&r->wrapped) || r->type != type)
         return NULL;
     return what ? r->pd : r->release;
+}
+
+/* What capsan follows at address s (capsan.describe(int)): its cs_ar_type
+ * | CS_AT_* bits, or 0. The record in its private_data says, and its
+ * release is capsan's trampoline, or NULL once moved out or released. */
+int capsan_arrow_at(const void *s)
+{
+    static const int order[] = {CS_AR_DEVICE_STREAM, CS_AR_STREAM, CS_AR_DEVICE_ARRAY,
+                                CS_AR_ARRAY, CS_AR_SCHEMA};
+    for (int i = 0; i < 5; i++) {
+        int t = order[i];
+        if (!s || !cs_probe_read(s, lay[t].size))
+            continue;
+        ar_rec *r = FIELD(s, lay[t].pd);
+        void *rel = FIELD(s, lay[t].rel);
+        if (!is_rec(r) || r->type != t || (rel && !cs_ar_is_tramp(rel, t)))
+            continue;
+        return t | (atomic_load(&r->released) ? CS_AT_RELEASED : 0) |
+               (!rel ? CS_AT_EMPTY : 0) | ((r->byaddr & BA_BORN) ? CS_AT_BY_ADDR : 0) |
+               ((r->byaddr & BA_IMPORTED) ? CS_AT_IMPORTED : 0) | (r->cap ? CS_AT_CAPSULE : 0) |
+               (r->kid ? CS_AT_CHILD : 0);
+    }
+    return 0;
 }

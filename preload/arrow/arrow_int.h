@@ -57,7 +57,14 @@ typedef struct ar_rec {
     _Atomic uint8_t data_said; /* a stream's batch data address was told */
     uint8_t kid;
     uint8_t expect;            /* its parent's release must release it (set as that starts) */
+    uint8_t byaddr;            /* BA_*: handed over by address (byaddr.c) */
 } ar_rec;
+#define BA_BORN 1u     /* born by address: no capsule, its holder owns it */
+#define BA_IMPORTED 2u /* moved into an importer by address */
+#define BA_SHALLOW 4u  /* first met at an import: its children are not followed (their
+                        * owner may be a struct capsan never saw: duckdb hands pyarrow a
+                        * copy of a schema whose release leaves the children to it) */
+#define BA_MOVED 8u    /* a kid moved out of its parent: an object of its own from then on */
 #define DONE_CAPSULE 1u  /* its capsule is gone (or it never had one) */
 #define DONE_RELEASED 2u /* released, or nothing will release it through capsan */
 #define DONE_PARENT 4u   /* a kid's parent is released: its kids list is not walked again */

@@ -75,6 +75,11 @@ static int is_release_tramp(const void *f)
            f == (void *)release_stream || f == (void *)release_dstream;
 }
 
+int cs_ar_is_tramp(const void *f, int type)
+{
+    return f && f == release_tramp(type);
+}
+
 /* capsan's fields back in a stream struct (the record in private_data) */
 static void rewrap(void *s, ar_rec *r, int with_release)
 {
@@ -89,14 +94,28 @@ static void rewrap(void *s, ar_rec *r, int with_release)
 }
 
 /* R44, deep: which kids the parent's release about to run must release:
- * those still wrapped where they were (one moved out has release == NULL
- * there, and its mover releases it) */
-static void kids_expect(ar_rec *kids)
+ * those still wrapped where they were. One moved out has release == NULL
+ * there and its mover releases it: from here it is an object of its own
+ * (born now, where its move is first seen), so a mover that never
+ * releases it leaks it. */
+static void kids_expect(ar_rec *kids, const uintptr_t *slot)
 {
     for (ar_rec *k = kids; k; k = k->sib) {
         const layout *L = &lay[k->type];
-        k->expect = !atomic_load(&k->released) && cs_probe_read(k->home, L->size) &&
-                    FIELD(k->home, L->rel) == release_tramp(k->type) && FIELD(k->home, L->pd) == k;
+        int here = !atomic_load(&k->released) && cs_probe_read(k->home, L->size) &&
+                   FIELD(k->home, L->pd) == k;
+        k->expect = here && FIELD(k->home, L->rel) == release_tramp(k->type);
+        if (here && !FIELD(k->home, L->rel) && !(k->byaddr & BA_MOVED)) {
+            k->byaddr |= BA_MOVED;
+            /* the moved-from struct is freed with its parent: a stale copy of
+             * the record there would make the moved kid look held at exit */
+            FIELD(k->home, L->pd) = NULL;
+            cs_event ev = {.kind = CS_EV_AR_EXPORT, .obj = (uint64_t)(uintptr_t)k,
+                           .b = (uint64_t)(uintptr_t)k->home,
+                           .c = (uint64_t)(uintptr_t)k->root,
+                           .aux = (uint16_t)(k->type | CS_AR_MOVED_KID)};
+            emit_from(&ev, slot);
+        }
     }
 }
 
@@ -140,12 +159,14 @@ static void release_body(void *self, int type, const uintptr_t *slot)
     }
     cs_thread *t = cs_thread_get();
     int again = atomic_exchange(&r->released, 1);
+    /* a kid moved out of its parent is an object of its own */
+    int kid = r->kid && !(r->byaddr & BA_MOVED);
     uint16_t aux = (uint16_t)((again ? CS_ARR_AGAIN : 0) | (self != r->home ? CS_ARR_MOVED : 0) |
                               (t && r->cap && t->dtor_capsule == (void *)r->cap &&
                                        t->dtor_mt == r->home ? CS_ARR_IN_DTOR : 0) |
-                              (r->kid ? CS_ARR_CHILD : 0));
+                              (kid ? CS_ARR_CHILD : 0));
     /* a kid's findings are about its root, the struct that was exported */
-    uint64_t about = (uint64_t)(uintptr_t)(r->kid ? r->root : r);
+    uint64_t about = (uint64_t)(uintptr_t)(kid ? r->root : r);
     if (again) {
         /* said before it runs: the producer frees its private data again */
         cs_event ev = {.kind = CS_EV_AR_RELEASE, .obj = about, .a = (uint64_t)(uintptr_t)self,
@@ -158,7 +179,7 @@ static void release_body(void *self, int type, const uintptr_t *slot)
     }
     ar_rec *kids = again ? NULL : r->kids;
     if (kids)
-        kids_expect(kids);
+        kids_expect(kids, slot);
     _Alignas(8) unsigned char copy[128];
     memcpy(copy, self, L->size);
     restore(copy, r);
@@ -180,7 +201,7 @@ static void release_body(void *self, int type, const uintptr_t *slot)
     if (L->stream)
         cs_ar_home_forget(r);
     /* a kid released as it should be is no event: only its root's is */
-    if (!r->kid || (ev.aux & (CS_ARR_NOT_CLEARED | CS_ARR_KIDS_LEFT)))
+    if (!kid || (ev.aux & (CS_ARR_NOT_CLEARED | CS_ARR_KIDS_LEFT)))
         emit_from(&ev, slot);
     cs_ar_rec_done(r, DONE_RELEASED);
 }
@@ -338,7 +359,7 @@ static void take_over(ar_rec *r, ar_rec *root, void *s, void *rel, unsigned dept
         for (int k = 0; k < 3; k++)
             r->fn[k] = FIELD(s, L->sch + 8 * k);
     rewrap(s, r, 1);
-    if (cs_opt.arrow_deep && !L->stream)
+    if (cs_opt.arrow_deep && !L->stream && !(r->byaddr & BA_SHALLOW))
         wrap_kids(r, root, s, r->type == CS_AR_SCHEMA, depth);
     atomic_store(&r->wrapped, 1);
 }

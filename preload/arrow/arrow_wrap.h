@@ -16,4 +16,7 @@ int cs_ar_wrap(ar_rec *r, void *s, unsigned *bad, uint64_t *badval);
  * capsule misused: said about r (with stack 0, a stack of its own) */
 void cs_ar_check_failed(ar_rec *r, PyObject_ *cap, unsigned code, uint64_t value, uint32_t stack);
 
+/* f is capsan's release trampoline for structs of that cs_ar_type */
+int cs_ar_is_tramp(const void *f, int type);
+
 #endif

@@ -186,6 +186,7 @@ _SIGS = {
     "capsan_xapi_follow": ([ctypes.c_void_p], ctypes.c_void_p),
     "capsan_xapi_original": ([ctypes.c_void_p, ctypes.c_int], ctypes.c_void_p),
     "capsan_arrow_original": ([ctypes.c_void_p, ctypes.c_int, ctypes.c_int], ctypes.c_void_p),
+    "capsan_arrow_at": ([ctypes.c_void_p], ctypes.c_int),
 }
 _fn = {}
 for _name, (_args, _res) in _SIGS.items():

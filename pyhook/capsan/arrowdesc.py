@@ -88,23 +88,12 @@ def _original_release(p: int, typ: int) -> int:
     return _lib.call("capsan_arrow_original", p, typ, 0) or 0
 
 
-def _read_capsule(cap, symbolize, original, is_capsan, readable) -> dict:
-    from . import dlpack as D
-    name = D.capsule_name(cap)
-    ptr = D.capsule_pointer(cap)
-    dtor = symbolize(D.capsule_destructor(cap))
-    wrapped = is_capsan(dtor)
-    if wrapped:
-        orig = original("destructor", id(cap))
-        if orig:
-            dtor = symbolize(orig)
-    typ = _TYPE[name]
-    d = {"name": name, "pointer": ptr, "destructor": dtor, "wrapped_by_capsan": wrapped,
-         "struct": None, "released": None, "release": None, "producer": None}
+def _read_struct(d: dict, ptr: int, typ: int, symbolize, readable) -> None:
+    """The struct of cs_ar_type typ at ptr, into d (struct, released, release)."""
     st = _STRUCT[typ]
     if not readable(ptr, ctypes.sizeof(st)):
         d["unreadable"] = True
-        return d
+        return
     s = st.from_address(ptr)
     rel = s.array.release if typ == 4 else s.release
     d["released"] = not rel
@@ -134,8 +123,66 @@ def _read_capsule(cap, symbolize, original, is_capsan, readable) -> dict:
     else:
         d["struct"] = {"type": st.__name__, "callbacks": {
             k: bool(getattr(s, k)) for k in ("get_schema", "get_next", "get_last_error")}}
+
+
+def _read_capsule(cap, symbolize, original, is_capsan, readable) -> dict:
+    from . import dlpack as D
+    name = D.capsule_name(cap)
+    ptr = D.capsule_pointer(cap)
+    dtor = symbolize(D.capsule_destructor(cap))
+    wrapped = is_capsan(dtor)
+    if wrapped:
+        orig = original("destructor", id(cap))
+        if orig:
+            dtor = symbolize(orig)
+    typ = _TYPE[name]
+    d = {"name": name, "pointer": ptr, "destructor": dtor, "wrapped_by_capsan": wrapped,
+         "struct": None, "released": None, "release": None, "producer": None}
+    _read_struct(d, ptr, typ, symbolize, readable)
     mod = (d["destructor"] or {}).get("module") if not is_capsan(d["destructor"] or {}) else None
     d["producer"] = mod or ((d["release"] or {}).get("module"))
+    return d
+
+
+# capsan_arrow_at()'s bits (capsan.h CS_AT_*)
+_AT_RELEASED, _AT_EMPTY, _AT_BY_ADDR, _AT_IMPORTED, _AT_CAPSULE, _AT_CHILD = (
+    0x100, 0x200, 0x400, 0x800, 0x1000, 0x2000)
+
+
+def describe_address(p: int, symbolize, readable) -> dict:
+    """The description of an Arrow struct at address p, if capsan follows
+    one there (handed over by address, R49, or a capsule's): its fields and
+    where it stands in its life."""
+    from . import _lib
+    at = _lib.call("capsan_arrow_at", p) if _lib.has("capsan_arrow_at") else 0
+    d = {"protocol": "arrow", "source": "address", "address": p, "object_type": None,
+         "capsule": {"name": None}, "capsules": [], "checks": [], "verdict": "ok",
+         "followed": bool(at), "state": None}
+    if not at:
+        d["verdict"] = "unknown"
+        return d
+    typ = at & 0xFF
+    e = {"name": _STRUCT[typ].__name__, "pointer": p, "destructor": None,
+         "wrapped_by_capsan": True, "struct": None, "released": None, "release": None,
+         "producer": None}
+    _read_struct(e, p, typ, symbolize, readable)
+    # the producer's release, which capsan's record keeps also once moved out
+    orig = _original_release(p, typ)
+    e["producer"] = (symbolize(orig) if orig else e["release"] or {}).get("module")
+    d["capsules"].append(e)
+    how = ("a child or dictionary of an exported struct" if at & _AT_CHILD
+           else "in a live capsule" if at & _AT_CAPSULE
+           else "handed over by address" if at & (_AT_BY_ADDR | _AT_IMPORTED)
+           else "moved out of its capsule")
+    if at & _AT_RELEASED:
+        state = "released"
+    elif at & _AT_EMPTY:
+        state = "moved out (release == NULL here; a copy elsewhere owns it)"
+    elif at & _AT_IMPORTED:
+        state = "imported: the importer owns its release"
+    else:
+        state = "live: its holder must import or release it"
+    d["state"] = f"{how}, {state}"
     return d
 
 
@@ -175,12 +222,20 @@ def describe_arrow(obj, symbolize, original, is_capsan, readable) -> dict:
 
 def render(d: dict) -> str:
     out = []
+    if d["source"] == "address":
+        if not d["followed"]:
+            return f"{d['address']:#x}: capsan follows no Arrow struct at this address"
+        out.append(f"{d['capsules'][0]['name']} at {d['address']:#x}, followed by capsan: "
+                   f"{d['state']}")
     if d["object_type"]:
         out.append(f"{d['object_type']}: Arrow PyCapsule interface")
     for c in d["capsules"]:
         src = c["producer"] or "unknown module"
-        out.append(f"Arrow capsule '{c['name']}' from {src}"
-                   + ("  (followed by capsan)" if c["wrapped_by_capsan"] else ""))
+        if d["source"] == "address":
+            out.append(f"  from {src}")
+        else:
+            out.append(f"Arrow capsule '{c['name']}' from {src}"
+                       + ("  (followed by capsan)" if c["wrapped_by_capsan"] else ""))
         s = c["struct"] or {}
         state = "released (release == NULL)" if c["released"] else "release set"
         if s.get("type") == "ArrowSchema":

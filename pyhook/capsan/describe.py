@@ -443,6 +443,11 @@ def describe(obj, consume: bool = False, *, max_version="auto", copy=None,
         d["checks"].append({"rule": rule, "verdict": verdict, "message": message})
 
     from . import arrowdesc as A
+    if isinstance(obj, int) and not isinstance(obj, bool):
+        # an address: the Arrow struct capsan follows there (R49)
+        ad = A.describe_address(obj, symbolize, _readable)
+        if ad["followed"]:
+            return Description(ad)
     if not isinstance(obj, type) and (A.is_arrow(obj) if arrow is None else arrow):
         return Description(A.describe_arrow(obj, symbolize, _original, _is_capsan, _readable))
     from . import exchange as X
@@ -508,7 +513,8 @@ def describe(obj, consume: bool = False, *, max_version="auto", copy=None,
     else:
         raise TypeError(f"describe() takes a DLPack capsule or an object with __dlpack__ (or an "
                         f"Arrow capsule or an object with __arrow_c_array__, __arrow_c_schema__ "
-                        f"or __arrow_c_stream__, or a type with a DLPack exchange table), "
+                        f"or __arrow_c_stream__, or a type with a DLPack exchange table, or "
+                        f"the address of an Arrow struct capsan follows), "
                         f"not {type(obj).__name__}")
     d["verdict"] = max((c["verdict"] for c in d["checks"]), key=_RANK.get, default=OK)
     if d["verdict"] == NA:

@@ -77,6 +77,8 @@ elif case == "bad-name-twin":
         assert fx.consume_array(Frame()) == 45
 elif case == "child-leak":
     assert fx.consume_array(Batch(3, bug="off_by_one")) == 135  # <-- child-leak
+elif case == "moved-child-leak":
+    assert fx.consume_array(Batch(3), "move_column_leak") == 45  # <-- moved-child-leak
 elif case == "child-leak-twin":
     assert fx.consume_array(Batch(3)) == 135
     assert fx.consume_array(Batch(3), "move_column") == 45  # column 0 moved out first
