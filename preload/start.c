@@ -220,7 +220,20 @@ static const cs_hook process_hooks[] = {
     {"dlsym", (void *)hook_dlsym, "_ctypes"},
 };
 
-static cs_hook all_hooks[96];
+static cs_hook all_hooks[128];
+
+/* hooks[0, k) into all_hooks at *n; one that does not fit is left out
+ * (said once): its calls then go unseen, nothing is overwritten */
+static void add_hooks(int *n, const cs_hook *hooks, int k)
+{
+    int room = (int)(sizeof all_hooks / sizeof all_hooks[0]) - *n;
+    if (k > room) {
+        dprintf(2, "capsan: internal: %d hook(s) do not fit the table and are left out\n", k - room);
+        k = room;
+    }
+    for (int i = 0; i < k; i++)
+        all_hooks[(*n)++] = hooks[i];
+}
 
 /* ---- fork ---- */
 
@@ -321,27 +334,20 @@ static int start(int preload)
     cs_clock_init();
     cs_trace_init(cs_opt.log_path, cs_runtime_prologue);
     int n = 0;
-    for (int i = 0; i < cs_capsule_nhooks; i++)
-        all_hooks[n++] = cs_capsule_hooks[i];
+    add_hooks(&n, cs_capsule_hooks, cs_capsule_nhooks);
     if (cs_numpy_init())
-        for (int i = 0; i < cs_numpy_nhooks; i++)
-            all_hooks[n++] = cs_numpy_hooks[i];
+        add_hooks(&n, cs_numpy_hooks, cs_numpy_nhooks);
     cs_dg_init();
     if (cs_dg_hooks_ready())
-        for (int i = 0; i < cs_dg_nhooks; i++)
-            all_hooks[n++] = cs_dg_hooks[i];
+        add_hooks(&n, cs_dg_hooks, cs_dg_nhooks);
     if (cs_pyalloc_ready())
-        for (int i = 0; i < cs_pyalloc_nhooks; i++)
-            all_hooks[n++] = cs_pyalloc_hooks[i];
+        add_hooks(&n, cs_pyalloc_hooks, cs_pyalloc_nhooks);
     for (size_t i = 0; i < sizeof process_hooks / sizeof process_hooks[0]; i++)
         if (preload || strcmp(process_hooks[i].name, "__libc_start_main") != 0)
-            all_hooks[n++] = process_hooks[i];
-    for (int i = 0; i < cs_unwfd_nhooks; i++)
-        all_hooks[n++] = cs_unwfd_hooks[i];
-    for (int i = 0; i < cs_xffi_nhooks; i++)
-        all_hooks[n++] = cs_xffi_hooks[i];
-    for (int i = 0; i < cs_ar_addr_nhooks; i++)
-        all_hooks[n++] = cs_ar_addr_hooks[i];
+            add_hooks(&n, &process_hooks[i], 1);
+    add_hooks(&n, cs_unwfd_hooks, cs_unwfd_nhooks);
+    add_hooks(&n, cs_xffi_hooks, cs_xffi_nhooks);
+    add_hooks(&n, cs_ar_addr_hooks, cs_ar_addr_nhooks);
     all_hooks_p = all_hooks;
     all_hooks_n = n;
     cs_got_init(all_hooks, n, (void *)self_marker);
