@@ -79,21 +79,25 @@ def pip_target(py, req, d: Path) -> Path:
     return d
 
 
-def numpy_suite():
-    tag = os.environ.get("BENCH_NUMPY_TAG", "cp312")
+def numpy_tests(tag, name):
+    """numpy 2's own numpy/_core/tests/NAME in the TAG venv, with hypothesis."""
     py = listed(tag, "venvs.txt")
     if py is None:
         raise Skip(f"no {tag} venv (make venvs)")
     cp = subprocess.run([str(py), "-c", "import numpy; print(numpy.__file__)"],
                         capture_output=True, text=True)
-    test = Path(cp.stdout.strip()).parent / "_core" / "tests" / "test_numeric.py"
+    test = Path(cp.stdout.strip()).parent / "_core" / "tests" / name
     if not test.exists():
         raise Skip(f"{test} is missing (numpy 2 installs its tests)")
     deps = []
     if subprocess.run([str(py), "-c", "import hypothesis"], capture_output=True).returncode:
         venvs = Path(os.environ.get("CAPSAN_VENVS") or Path.home() / ".cache/capsan/venvs")
         deps.append(pip_target(py, "hypothesis", venvs.parent / "np-test-deps" / tag))
-    return f"numpy {tag} test_numeric.py", py, [str(test)], test.parent, deps
+    return f"numpy {tag} {name}", py, [str(test)], test.parent, deps
+
+
+def numpy_suite():
+    return numpy_tests(os.environ.get("BENCH_NUMPY_TAG", "cp312"), "test_numeric.py")
 
 
 def torch_suite():
@@ -114,19 +118,7 @@ def torch_suite():
 
 
 def numpy_dlpack_suite():
-    py = listed("cp311", "venvs.txt")
-    if py is None:
-        raise Skip("no cp311 venv (make venvs)")
-    cp = subprocess.run([str(py), "-c", "import numpy; print(numpy.__file__)"],
-                        capture_output=True, text=True)
-    test = Path(cp.stdout.strip()).parent / "_core" / "tests" / "test_dlpack.py"
-    if not test.exists():
-        raise Skip(f"{test} is missing (numpy 2 installs its tests)")
-    deps = []
-    if subprocess.run([str(py), "-c", "import hypothesis"], capture_output=True).returncode:
-        venvs = Path(os.environ.get("CAPSAN_VENVS") or Path.home() / ".cache/capsan/venvs")
-        deps.append(pip_target(py, "hypothesis", venvs.parent / "np-test-deps" / "cp311"))
-    return "numpy cp311 test_dlpack.py", py, [str(test)], test.parent, deps
+    return numpy_tests("cp311", "test_dlpack.py")
 
 
 def pyarrow_cffi_suite():

@@ -452,3 +452,22 @@ def anypy(request):
     return current_python(request.param)
 
 
+
+
+# ---- the Arrow peer venvs (.ci/arrowvenvs: pyarrow, polars, duckdb, ...) ----
+
+ARROW = tagged_pythons("arrowvenvs.txt")
+
+
+@pytest.fixture(params=["cp311", "cp313"])
+def apy_tag(request):
+    """(python, tag) of the Arrow venv of CPython 3.11, then 3.13."""
+    if request.param not in ARROW:
+        pytest.skip(f"no Arrow {request.param} venv (make arrow-venvs; .ci/arrowvenvs)")
+    return ARROW[request.param], request.param
+
+
+@pytest.fixture
+def apy(apy_tag):
+    """The Arrow venv's python, for CPython 3.11 and 3.13."""
+    return apy_tag[0]

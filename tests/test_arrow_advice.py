@@ -4,17 +4,8 @@ so arrow-reconsume's advice names the second hand-over and does not tell
 the consumer to check what it checked."""
 import pytest
 
-from conftest import SCENARIOS, assert_finding_at, findings, kinds, run_capsan, summarize, \
-    tagged_pythons
+from conftest import SCENARIOS, assert_finding_at, findings, kinds, run_capsan, summarize
 
-ARROW = tagged_pythons("arrowvenvs.txt")
-
-
-@pytest.fixture(params=["cp311", "cp313"])
-def apy(request):
-    if request.param not in ARROW:
-        pytest.skip(f"no Arrow {request.param} venv (make arrow-venvs; .ci/arrowvenvs)")
-    return ARROW[request.param]
 
 
 def test_duckdb_rescan_blames_the_second_hand_over(tmp_path, apy):

@@ -12,18 +12,16 @@ import pytest
 from conftest import (DEFAULT_EXITCODE, FIXDIR, SCENARIOS, assert_finding_at, findings, is_signal,
                       kinds, require, run_capsan, tagged_pythons)
 
-ARROW = tagged_pythons("arrowvenvs.txt")
 S = SCENARIOS / "ar_byaddr.py"
 
 
-@pytest.fixture(params=["cp311", "cp313"])
-def apy(request):
-    if request.param not in ARROW:
-        pytest.skip(f"no Arrow {request.param} venv (make arrow-venvs; .ci/arrowvenvs)")
+@pytest.fixture
+def apy(apy_tag):
     # the fixture is built for the same CPython by make fixtures-current
-    fix = FIXDIR / request.param
+    py, tag = apy_tag
+    fix = FIXDIR / tag
     require(fix / "arrowaddr.so")
-    return ARROW[request.param], fix
+    return py, fix
 
 
 def run(tmp_path, apy, case, options=()):

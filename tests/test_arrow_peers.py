@@ -7,17 +7,8 @@ import re
 
 import pytest
 
-from conftest import (SCENARIOS, assert_finding_at, findings, kinds, marker_line, run_capsan,
-                      tagged_pythons)
+from conftest import SCENARIOS, assert_finding_at, findings, kinds, marker_line, run_capsan
 
-ARROW = tagged_pythons("arrowvenvs.txt")
-
-
-@pytest.fixture(params=["cp311", "cp313"])
-def apy(request):
-    if request.param not in ARROW:
-        pytest.skip(f"no Arrow {request.param} venv (make arrow-venvs; .ci/arrowvenvs)")
-    return ARROW[request.param]
 
 
 @pytest.mark.parametrize("mode", ["wrap", "no-touch"])

@@ -18,19 +18,11 @@ import sys
 import pytest
 
 from conftest import (SCENARIOS, assert_finding_at, findings, fixdir_for, kinds, run_capsan,
-                      summarize, tagged_pythons)
+                      summarize)
 
 sys.path.insert(0, str(SCENARIOS))
 from np_testlib import PYDIR  # noqa: E402
 
-ARROW = tagged_pythons("arrowvenvs.txt")
-
-
-@pytest.fixture(params=["cp311", "cp313"])
-def apy(request):
-    if request.param not in ARROW:
-        pytest.skip(f"no Arrow {request.param} venv (make arrow-venvs; .ci/arrowvenvs)")
-    return ARROW[request.param]
 
 
 def run_pytest_file(scenario, tmp_path, py, mode):
