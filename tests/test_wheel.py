@@ -44,9 +44,8 @@ from test_install import (LEAK_PY, PIP_TIMEOUT, TWO_TESTS, _stack, base_python,
                           check_two_tests, clean_env, run)
 
 WHEEL_DIR = BUILD / "wheel"
-TOOLS = Path(os.environ.get("CAPSAN_WHEEL_TOOLS") or
-             Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "capsan" /
-             "wheel-tools")
+# the tools venv .ci/wheel used (one per set of pins): it names it in build/wheel/tools
+TOOLS_NOTE = WHEEL_DIR / "tools"
 # the oldest glibc the wheel is for: RHEL 8 and its rebuilds
 MAX_GLIBC = (2, 28)
 # what ldd may list for the tool and libunwind: glibc's own files (before
@@ -147,7 +146,9 @@ def wheel_venv(hide, tmp_path_factory):
 def test_wheel_is_manylinux():
     """auditwheel (the pinned one .ci/wheel used) calls the wheel manylinux,
     with no library it would still have to graft."""
-    aw = TOOLS / "bin" / "auditwheel"
+    if not TOOLS_NOTE.exists():
+        pytest.fail(f"{TOOLS_NOTE} missing: run `make wheel`", pytrace=False)
+    aw = Path(TOOLS_NOTE.read_text().strip()) / "bin" / "auditwheel"
     if not aw.exists():
         pytest.fail(f"{aw} missing: run `make wheel`", pytrace=False)
     wheel = the_wheel()
