@@ -195,9 +195,10 @@ test-repeat: all fixtures fixtures-current
 test-install: all venvs
 	@cd tests && CAPSAN_INSTALL_PYTHONS=all $(PYTHON) -m pytest -q -p no:cacheprovider test_install.py $(PYTEST_ARGS)
 
-# a manylinux wheel (.ci/wheel): the tool linked with libdw, libelf and their
-# compression libraries, libunwind and its liblzma in lib/capsan.libs/,
-# checked by auditwheel; build tools pinned in ~/.cache/capsan/wheel-tools
+# a manylinux_2_28 wheel (.ci/wheel): the tool linked with libdw, libelf and
+# their compression libraries, libunwind (liblzma linked in) in
+# lib/capsan.libs/, all compiled by zig cc for glibc 2.28 (.ci/wheel_deps),
+# checked by auditwheel; build tools pinned in ~/.cache/capsan/wheel-tools-HASH
 .PHONY: wheel test-wheel
 wheel:
 	@bash .ci/wheel

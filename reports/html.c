@@ -6,6 +6,7 @@
  * that tried would show it as a console error (the Chromium test looks for
  * those). */
 #include "html_int.h"
+#include "signame.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -62,7 +63,7 @@ static char *ended_text(const cs_html_proc *p)
         return pi->status >= 0 ? xprintf("exit %d (%s)", pi->status, cs_end_unchecked_why(pi->ended))
                                : xprintf("exit (%s)", cs_end_unchecked_why(pi->ended));
     case CS_END_SIGNAL: {
-        const char *name = sigabbrev_np(pi->status);
+        const char *name = cs_sig_abbrev(pi->status);
         char *pc = p->end_pc ? xprintf(" at pc 0x%llx%s%s", (unsigned long long)p->end_pc,
                                        p->end_function ? " in " : "",
                                        p->end_function ? p->end_function : "")

@@ -1,6 +1,8 @@
 /* `capsan report`: the text pieces about a process: its argv for a
  * terminal, how it ended, the header above its findings, and its line in
  * the process tree (written into a growing buffer, membuf). */
+#include "signame.h"
+
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -57,7 +59,7 @@ static void out_ended(cs_out *o, report_ctx *c, int brief)
         cs_outf(o, "(%s)", cs_end_unchecked_why(c->pi.ended));
         break;
     case CS_END_SIGNAL: {
-        const char *name = sigabbrev_np(c->pi.status);
+        const char *name = cs_sig_abbrev(c->pi.status);
         if (name)
             cs_outf(o, "signal %d (SIG%s)", c->pi.status, name);
         else

@@ -9,6 +9,7 @@
 #include "crash.h"
 #include "crashrec.h"
 #include "libpath.h"
+#include "signame.h"
 #include "tracename.h"
 
 #include <dlfcn.h>
@@ -25,6 +26,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/syscall.h> /* SYS_gettid: gettid() is glibc 2.30's, the wheel is for 2.28 */
 #include <time.h>
 #include <ucontext.h>
 #include <unistd.h>
@@ -337,7 +339,7 @@ static int reraised_from(int sig, const char *k, uint64_t next_ip, int *code, ui
 static void report(int sig, const siginfo_t *si, const ucontext_t *uc)
 {
     static cs_crash_walk w;
-    int pid = (int)getpid(), tid = (int)gettid(), code = si->si_code;
+    int pid = (int)getpid(), tid = (int)syscall(SYS_gettid), code = si->si_code;
     int fault = code > 0, first = 0, reraised = 0, traced = 0, walked = 0;
     uint64_t pc = uc ? (uint64_t)uc->uc_mcontext.gregs[REG_RIP] : 0;
     /* si_addr is a fault's address; a signal sent (abort(), kill) has none */
@@ -370,10 +372,10 @@ static void report(int sig, const siginfo_t *si, const ucontext_t *uc)
     if (fault)
         snprintf(at, sizeof at, " (address 0x%llx)", (unsigned long long)addr);
     outf("==%d==capsan: %s at pc 0x%llx%s%s\n", pid,
-         sigdescr_np(sig) ? sigdescr_np(sig) : "signal", (unsigned long long)pc, at,
+         cs_sig_descr(sig) ? cs_sig_descr(sig) : "signal", (unsigned long long)pc, at,
          pc == 0 ? ": a call through a NULL function pointer (a NULL deleter?)" : "");
     outf("==%d==capsan: SIG%s: %s; thread %d%s%s\n", pid,
-         sigabbrev_np(sig) ? sigabbrev_np(sig) : "?", code_text(sig, code), tid,
+         cs_sig_abbrev(sig) ? cs_sig_abbrev(sig) : "?", code_text(sig, code), tid,
          tid == pid ? " (the main thread)" : "",
          reraised ? "; another handler (faulthandler's?) ran first and raised it again" : "");
     out_flush();
@@ -462,7 +464,7 @@ static void die_by(int sig)
 
 static void on_crash(int sig, siginfo_t *si, void *ucv)
 {
-    int me = (int)gettid(), other = 0;
+    int me = (int)syscall(SYS_gettid), other = 0;
     if (cs_runtime_running() && atomic_compare_exchange_strong(&reporter, &other, me)) {
         report_sig = sig;
         report(sig, si, ucv);
