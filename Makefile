@@ -95,6 +95,7 @@ $(PY_DIST)/entry_points.txt: Makefile
 	printf '[pytest11]\ncapsan = capsan.pytest_plugin\n' > $@
 
 # buggy and clean fixture extensions used by the tests
+$(FIXOUT)/arrowsink.so: tests/fixtures/arrowfx.c
 $(FIXOUT)/%.so: tests/fixtures/%.c $(wildcard tests/fixtures/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -fPIC -shared -I$(PYINC) -I$(NPINC) -Ipreload \

@@ -69,7 +69,10 @@ static unsigned on_borrow(cs_lifecycle *lc, stripe *st, obj *o, const cs_event *
         ot_report(lc, j, CS_KIND_ARROW_RECONSUME, o, ev, 0, 0);
     else if (!(o->flags & AF_EMPTY)) {
         o->flags |= AF_EMPTY;
-        ot_report(lc, j, CS_KIND_ARROW_BAD_STRUCT, o, ev, CS_ARK_RELEASED, 0);
+        /* a library reading back a placeholder it made itself (nanoarrow's
+         * CSchema.allocate()) handed nothing over: not a bad struct */
+        if (!(ev->aux & CS_ARB_OWN))
+            ot_report(lc, j, CS_KIND_ARROW_BAD_STRUCT, o, ev, CS_ARK_RELEASED, 0);
     }
     ot_hist_add(st, o, ev, j);
     return 0;

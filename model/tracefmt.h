@@ -290,6 +290,8 @@ enum cs_ar_type { CS_AR_SCHEMA = 1, CS_AR_ARRAY = 2, CS_AR_STREAM = 3, CS_AR_DEV
 #define CS_ARB_RELEASED 1u      /* its release was NULL when read: consumed already */
 #define CS_ARB_IMPORT 2u        /* an import by address (arrow::Import*, R49): a move into
                                  * the importer, which owns the release from now on */
+#define CS_ARB_OWN 4u           /* with RELEASED: read by the module that made the capsule
+                                 * (a library's own placeholder, never handed over) */
 /* CS_EV_AR_RELEASE aux */
 #define CS_ARR_AGAIN 1u         /* released already (written before this call runs) */
 #define CS_ARR_NOT_CLEARED 2u   /* the producer's release returned with release != NULL */

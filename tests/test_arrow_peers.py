@@ -176,3 +176,14 @@ def test_polars_stream_released_by_its_reader_is_clean(tmp_path, apy):
     res = run_capsan(DROPPED, tmp_path, interpreter=apy, args=["fixed"])
     assert res.returncode == 0 and "done" in res.stdout, res.describe()
     assert findings(res.report) == [], res.describe()
+
+
+def test_a_librarys_own_placeholder_capsule_is_clean(tmp_path, apy):
+    """nanoarrow reads back an empty schema capsule it made itself (issue 37
+    path 9): no arrow-bad-struct. The same empty capsule from another
+    library stays one (test_arrow_findings' handed-out-empty cases)."""
+    res = run_capsan(SCENARIOS / "ar_own_placeholder.py", tmp_path, interpreter=apy, timeout=300)
+    assert res.returncode == 0 and ("imported 3" in res.stdout or "refused" in res.stdout), \
+        res.describe()
+    assert findings(res.report) == [], res.describe()
+    assert res.report["processes"][0]["summary"]["events"] > 0, res.describe()

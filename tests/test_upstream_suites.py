@@ -403,19 +403,18 @@ def at(finding, kind, where):
     return False
 
 
-# nanoarrow's true findings (docs/findings.md, "Peers' own test suites"):
+# nanoarrow's true finding (docs/findings.md, "Peers' own test suites"):
 # (kind, where, suppression): a reference nanoarrow 0.9.0 loses when
 # c_array() refuses a 2-d buffer (proven natively: sys.getrefcount grows by
-# one per refused call), and the placeholder schema c_array(bare capsule)
-# imports released
-NANOARROW_TRUE = (("numpy-leak", "test_c_array.py:335", "numpy-leak:test_c_array_from_iterable_bytes"),
-                  ("arrow-bad-struct", "c_array.py", "arrow-bad-struct:nanoarrow/c_array.py"))
+# one per refused call). The placeholder schema c_array(bare capsule) reads
+# back is nanoarrow's own: no finding (test_arrow_peers.py)
+NANOARROW_TRUE = (("numpy-leak", "test_c_array.py:335", "numpy-leak:test_c_array_from_iterable_bytes"),)
 
 
 @pytest.mark.parametrize("mode", MODES)
 def test_nanoarrow_suite(tmp_path, mode):
     """nanoarrow's python/tests (schemas, arrays, streams, buffers, capsules,
-    DLPack, IPC): the two true findings above and nothing else. Under
+    DLPack, IPC): the true finding above and nothing else. Under
     `capsan run` they are reported; the plugin's runs suppress them (each
     would fail its test)."""
     py = arrow_python([])

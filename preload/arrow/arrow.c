@@ -4,8 +4,10 @@
  * arrow_rec.c's, the wrapping and the trampolines arrow_wrap.c's. */
 #include "arrow.h"
 
+#include <dlfcn.h>
 #include <stdatomic.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "arrow_int.h"
 #include "arrow_rec.h"
@@ -20,13 +22,15 @@
 
 /* ---- capsules ---- */
 
-void cs_ar_new(PyObject_ *cap, void *ptr, int type, int has_dtor, uint8_t gil_flags)
+void cs_ar_new(PyObject_ *cap, void *ptr, int type, int has_dtor, uint8_t gil_flags,
+               const void *maker)
 {
     cs_ar_note_capsule_struct(ptr); /* filled next by an export: the capsule's */
     ar_rec *r = cs_ar_rec_alloc(type);
     if (!r)
         return;
     r->cap = cap;
+    r->maker = maker;
     cs_ar_ctab_put(cap, r);
     cs_event ev = {.kind = CS_EV_AR_EXPORT, .obj = (uint64_t)(uintptr_t)r,
                    .a = (uint64_t)(uintptr_t)cap, .b = (uint64_t)(uintptr_t)ptr,
@@ -53,7 +57,31 @@ uint64_t cs_ar_capsule_key(const PyObject_ *cap)
 }
 
 /* R43: a consumer's read; the struct is wrapped at the first one */
-void cs_ar_read(PyObject_ *cap, void *ptr)
+/* a and b are code of one library: one loaded object, or two extension
+ * modules of one Python package (nanoarrow/_utils and nanoarrow/_schema:
+ * a folder with an __init__.py), never two that merely share a folder
+ * (site-packages, lib-dynload). Looked up only for a capsule read
+ * released: rare. */
+static int same_library(const void *a, const void *b)
+{
+    Dl_info x, y;
+    if (!a || !b || !dladdr(a, &x) || !dladdr(b, &y) || !x.dli_fname || !y.dli_fname)
+        return 0;
+    if (x.dli_fbase == y.dli_fbase)
+        return 1;
+    const char *sx = strrchr(x.dli_fname, '/'), *sy = strrchr(y.dli_fname, '/');
+    size_t n = sx ? (size_t)(sx - x.dli_fname) : 0;
+    if (!sx || !sy || (size_t)(sy - y.dli_fname) != n || strncmp(x.dli_fname, y.dli_fname, n))
+        return 0;
+    char init[4096];
+    if (n + sizeof "/__init__.py" > sizeof init)
+        return 0;
+    memcpy(init, x.dli_fname, n);
+    memcpy(init + n, "/__init__.py", sizeof "/__init__.py");
+    return access(init, F_OK) == 0;
+}
+
+void cs_ar_read(PyObject_ *cap, void *ptr, const void *site)
 {
     cs_ar_note_capsule_struct(ptr); /* imported next: the capsule's */
     ar_rec *r = cs_ar_ctab_get(cap, 0);
@@ -66,8 +94,8 @@ void cs_ar_read(PyObject_ *cap, void *ptr)
                    .a = (uint64_t)(uintptr_t)cap, .b = (uint64_t)(uintptr_t)ptr};
     unsigned bad = 0;
     uint64_t badval = 0;
-    if (!FIELD(ptr, L->rel))
-        ev.aux = CS_ARB_RELEASED;
+    if (!FIELD(ptr, L->rel)) /* the maker reading its own placeholder hands nothing over */
+        ev.aux = CS_ARB_RELEASED | (same_library(r->maker, site) ? CS_ARB_OWN : 0);
     else if (cs_opt.arrow_wrap && !atomic_load(&r->wrapped))
         cs_ar_wrap(r, ptr, &bad, &badval);
     cs_emit(&ev, 1, NULL, NULL);

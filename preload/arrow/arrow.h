@@ -21,9 +21,12 @@
 typedef struct _object PyObject_;
 
 /* A capsule made (type: cs_ar_type); has_dtor: it has a destructor. */
-void cs_ar_new(PyObject_ *cap, void *ptr, int type, int has_dtor, uint8_t gil_flags);
+/* maker: the return address of the PyCapsule_New call, site: of the
+ * PyCapsule_GetPointer call (a library reading its own capsule) */
+void cs_ar_new(PyObject_ *cap, void *ptr, int type, int has_dtor, uint8_t gil_flags,
+               const void *maker);
 /* A consumer's read of the capsule (not its own destructor's). */
-void cs_ar_read(PyObject_ *cap, void *ptr);
+void cs_ar_read(PyObject_ *cap, void *ptr, const void *site);
 /* The capsule's destructor is about to run (has_dtor: it has one), and
  * has returned: `state` carries what was seen before it ran. */
 typedef struct cs_ar_dying {

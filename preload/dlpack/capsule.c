@@ -39,7 +39,8 @@ static void export(void *mt, PyObject_ *cap, int versioned, uint8_t gil_flags)
 /* An Arrow capsule: its destructor wrapped (a NULL one too: its death is
  * judged), its struct followed from here (arrow.c) */
 __attribute__((noinline, cold)) static PyObject_ *arrow_new(void *ptr, const char *name,
-                                                            cs_capsule_dtor dtor, int nk, uint8_t g)
+                                                            cs_capsule_dtor dtor, int nk, uint8_t g,
+                                                            const void *maker)
 {
     int k = cs_capsule_stub_for(dtor);
     if (k < 0)
@@ -49,7 +50,7 @@ __attribute__((noinline, cold)) static PyObject_ *arrow_new(void *ptr, const cha
         return NULL;
     if (!cs_capsule_type)
         cs_capsule_learn_layout(cap, ptr, name, ar_stub((unsigned)k));
-    cs_ar_new(cap, ptr, NK_AR_TYPE(nk), dtor != NULL, g);
+    cs_ar_new(cap, ptr, NK_AR_TYPE(nk), dtor != NULL, g, maker);
     return cap;
 }
 
@@ -74,7 +75,7 @@ static PyObject_ *hook_New(void *ptr, const char *name, cs_capsule_dtor dtor)
     if (nk == NK_XAPI) /* a producer making its exchange table's capsule: followed now */
         return cs_py.Capsule_New(cs_xapi_table(ptr, 0), name, dtor);
     if (NK_IS_ARROW(nk))
-        return arrow_new(ptr, name, dtor, nk, g);
+        return arrow_new(ptr, name, dtor, nk, g, __builtin_return_address(0));
     /* numpy's own numpy_dltensor capsule, made inside the from_dlpack call
      * whose consume event has the stack, is not an event: the delete it
      * makes later carries numpy's frames. Its destructor is wrapped all the

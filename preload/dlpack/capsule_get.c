@@ -79,7 +79,7 @@ static inline __attribute__((always_inline)) void *get_pointer(PyObject_ *cap, c
         return p;
     }
     if (NK_IS_ARROW(nk)) {
-        cs_ar_read(cap, p);
+        cs_ar_read(cap, p, site);
         return p;
     }
     cs_event ev = {.obj = (uint64_t)(uintptr_t)p, .a = (uint64_t)(uintptr_t)cap};

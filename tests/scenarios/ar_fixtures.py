@@ -61,7 +61,8 @@ elif case == "no-dtor":
     caps = Frame(bug="no_dtor").__arrow_c_array__()
     del caps  # <-- no-dtor
 elif case == "empty":
-    fx.consume_array(Frame(bug="empty"), "borrow")  # <-- empty
+    import arrowsink  # another library's consumer: the capsule is handed over
+    arrowsink.consume_array(Frame(bug="empty"), "borrow")  # <-- empty
 elif case == "bad-device":
     fx.consume_device_array(fx.export_device_array(10, "no_device_type"))  # <-- bad-device
 elif case == "bad-name":
