@@ -105,7 +105,14 @@ SELECTED = [c for c in CASES if FULL or c[3] == SHORT]
 # the worker has ended: test_numpy_threads.py says it): the status is one of
 # two, the findings are compared all the same.
 STATUS_EITHER = {("np_threads.py", ("double",)): {DEFAULT_EXITCODE, -signal.SIGABRT,
-                                                  128 + signal.SIGABRT}}
+                                                  128 + signal.SIGABRT},
+                 # numpy calls the freed handler struct's free: whether that
+                 # memory still holds the old function pointer (status 23,
+                 # after the finding) or was reused (SIGSEGV, after the
+                 # finding) is the allocator's state at that moment; the
+                 # finding is the same (seen 12:8 in 20 runs under the hog)
+                 ("np_stale.py", ("struct",)): {DEFAULT_EXITCODE, -signal.SIGSEGV,
+                                                128 + signal.SIGSEGV}}
 
 
 def interpreter(tag):
