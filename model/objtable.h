@@ -36,6 +36,8 @@
 #define OF_WRONG_NAME 0x10000 /* its consumer renamed it to the other version's used_* name
                                * (R8): the producer's destructor will release it */
 #define OF_VIEW_KEPT 0x80000 /* a view whose caller kept its DLTensor past the call */
+#define OF_PY_HELD 0x100000  /* with OF_REACHABLE: reached from Python at atexit, and alive
+                              * after finalization (which a leak that holds it explains) */
 #define OF_VIEW 0x4000      /* a non-owning exchange-API view: never a leak (R53) */
 #define OF_UNRENAMED 0x400   /* released while its capsule still had the unconsumed name:
                               * dlpack-not-renamed unless the consumer renames it next */

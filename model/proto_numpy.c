@@ -133,7 +133,7 @@ static unsigned on_reachable(cs_lifecycle *lc, stripe *st, obj *o, const cs_even
 {
     (void)lc;
     if (o && o->state == CS_ST_CREATED) {
-        o->flags |= OF_REACHABLE;
+        o->flags |= OF_REACHABLE | (ev->aux == CS_WHERE_PY_REACHED ? OF_PY_HELD : 0);
         ot_hist_add(st, o, ev, j);
     }
     return 0;

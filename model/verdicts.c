@@ -114,9 +114,15 @@ static int dropped_at_exit(const obj *o)
  * indirect part of a dropped tensor whose data it holds */
 static int kept_block(cs_lifecycle *lc, const obj *o)
 {
-    return o->key && o->ns == CS_NS_NUMPY && o->state == CS_ST_CREATED &&
-           !(o->flags & (OF_LEAK_REPORTED | OF_REACHABLE)) &&
-           ot_kept_at_shutdown(lc, o->key, ot_block_end(o));
+    if (!o->key || o->ns != CS_NS_NUMPY || o->state != CS_ST_CREATED ||
+        (o->flags & OF_LEAK_REPORTED))
+        return 0;
+    /* reached from Python at atexit and alive after finalization: held,
+     * unless a leaked tensor's data lies in it (the array its manager_ctx
+     * keeps is what kept it through finalization) */
+    if ((o->flags & (OF_REACHABLE | OF_PY_HELD)) == (OF_REACHABLE | OF_PY_HELD))
+        return 1;
+    return !(o->flags & OF_REACHABLE) && ot_kept_at_shutdown(lc, o->key, ot_block_end(o));
 }
 
 typedef struct leak_ref {
