@@ -258,7 +258,7 @@ def run_code(py, code, tmp_path, *, capsan=True, env=None, pyargs=()):
     e["PYTHONPATH"] = np_env(py)["PYTHONPATH"]
     cmd = [str(py), *pyargs, str(script)]
     if capsan:
-        cmd = [str(CAPSAN), "run", "--log-path", str(tmp_path / "t"), "--", *cmd]
+        cmd = [str(CAPSAN), "run", "--keep-trace", "--log-path", str(tmp_path / "t"), "--", *cmd]
     cp = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=e,
                         stdin=subprocess.DEVNULL, preexec_fn=no_core, cwd=str(tmp_path))
     traces = trace_files(tmp_path)

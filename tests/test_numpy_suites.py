@@ -97,7 +97,7 @@ def run_suite(tmp_path, extra_args, *, mode, tag, options=(), timeout=300, pytho
     tests = numpy_tests(py)
     e = base_env(None, py)
     e["PYTHONPATH"] = ":".join(map(str, [PYDIR, fixdir_for(py), SCENARIOS, *pythonpath]))
-    opts = [f"log_path={tmp_path / 't'}", "exitcode=0", *options]
+    opts = [f"log_path={tmp_path / 't'}", "exitcode=0", "keep_trace=always", *options]
     args = ["-m", "pytest", "-p", "no:cacheprovider", "-q", "-rfE",
             str(tests / "test_mem_policy.py"), str(tests / "test_dlpack.py"), *extra_args]
     if mode in ("plugin", "late", "native"):

@@ -161,13 +161,13 @@ def run_one(name: str, tmp: Path, *, capsan: Path = BUILD / "bin" / "capsan",
         path.write_text(INLINE[script[len("inline:"):]])
     argv = [PYTHON, str(path), *args]
     if lib is None:
-        cmd = [str(capsan), "run", "--log-path", str(prefix), "--", *argv]
+        cmd = [str(capsan), "run", "--keep-trace", "--log-path", str(prefix), "--", *argv]
         if opts:
             e["CAPSAN_OPTIONS"] = opts
     else:
         cmd = argv
         e["LD_PRELOAD"] = ":".join(filter(None, [preload_first, str(lib)]))
-        e["CAPSAN_OPTIONS"] = ":".join(filter(None, [f"log_path={prefix}", opts]))
+        e["CAPSAN_OPTIONS"] = ":".join(filter(None, [f"log_path={prefix}", "keep_trace=always", opts]))
     if name == "killed":
         # SIGKILLed once it is ready: a trace without an END record
         p = subprocess.Popen(cmd, env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
