@@ -67,6 +67,9 @@ const char *cs_ar_event_phrase(const cs_finding *f, int i)
                    ? "first met at an import by address (born in the library of its release "
                      "callback), at"
                : (ev->aux & CS_AR_BY_ADDR) ? "exported by address at"
+               : (ev->aux & CS_AR_MOVED_KID) && (ev->aux & CS_AR_MOVED_EARLY)
+                   ? "moved out of its parent by its consumer (seen as the parent's capsule "
+                     "died, the consumer at work) at"
                : (ev->aux & CS_AR_MOVED_KID)
                    ? "moved out of its parent by its consumer (seen as the parent's release "
                      "started) at"

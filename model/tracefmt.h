@@ -283,9 +283,11 @@ enum cs_ar_type { CS_AR_SCHEMA = 1, CS_AR_ARRAY = 2, CS_AR_STREAM = 3, CS_AR_DEV
 #define CS_AR_FOUND 0x100u      /* with BY_ADDR: first met at an import, born in a library
                                  * capsan never saw export it: c=its release callback */
 #define CS_AR_MOVED_KID 0x200u  /* arrow_deep=1: a child or dictionary its consumer moved out
-                                 * of its parent, followed on its own from the parent's
-                                 * release (where the move is first seen): b=where it was,
+                                 * of its parent, followed on its own from where the move is
+                                 * first seen (the parent's capsule's death, or its release): b=where it was,
                                  * c=the parent's exported struct's record */
+#define CS_AR_MOVED_EARLY 0x400u /* with MOVED_KID: seen as the parent's capsule died, its
+                                 * consumer (the mover) at work: the stack is the mover's */
 /* CS_EV_AR_BORROW aux */
 #define CS_ARB_RELEASED 1u      /* its release was NULL when read: consumed already */
 #define CS_ARB_IMPORT 2u        /* an import by address (arrow::Import*, R49): a move into

@@ -8,8 +8,8 @@ import signal
 import pytest
 
 from conftest import (DEFAULT_EXITCODE, INTERPRETERS, SCENARIOS, assert_finding_at,
-                      assert_lsan_stderr, current_python, findings, is_signal, kinds,
-                      process_of, require_fixtures, run_capsan)
+                      assert_lsan_stderr, current_python, events_at, findings, is_signal, kinds,
+                      marker_line, process_of, require_fixtures, run_capsan)
 
 S = SCENARIOS / "ar_fixtures.py"
 
@@ -278,6 +278,33 @@ def test_moved_child_never_released(tmp_path, py):
     assert f["object"]["type"] == "ArrowArray", f["object"]
     assert "a child moved out of its parent" in f["message"], f["message"]
     only(res, ["arrow-leak"])
+
+
+def test_moved_child_born_at_its_mover(tmp_path, py):
+    """A loader stages a batch: it moves the batch out of its capsule and
+    column 0 out of the batch, and releases the batch in a later call, in
+    which it releases the column twice (its success path, then its cleanup
+    path through the holder's stale copy). The column's own life starts
+    where its mover moved it (the staging line, where the capsule dies),
+    not at the batch's release: its double release shows the move there."""
+    res = run(tmp_path, py, "staged-twice", ["protect=1"])
+    assert res.returncode == DEFAULT_EXITCODE and "done" in res.stdout, res.describe()
+    f = assert_finding_at(res, "arrow-double-release", S, "staged-move", event="move-child",
+                          innermost=False)
+    assert f["object"]["type"] == "ArrowArray", f["object"]
+    assert_finding_at(res, "arrow-double-release", S, "staged-flush", event="release",
+                      innermost=False)
+    assert not events_at(f, S, marker_line(S, "staged-flush"), "move-child"), res.describe()
+    moves = [e for e in f["events"] if e["event"] == "move-child"]
+    assert len(moves) == 1 and "capsule died" in moves[0]["phrase"], moves
+    only(res, ["arrow-double-release"])
+
+
+def test_moved_child_staged_twin_is_clean(tmp_path, py):
+    """The same loader, fixed: it releases the column it moved out once."""
+    res = run(tmp_path, py, "staged-fixed")
+    assert res.returncode == 0 and "done" in res.stdout, res.describe()
+    assert findings(res.report) == [], res.describe()
 
 
 def test_child_leak_twin_is_clean(tmp_path, py):

@@ -143,6 +143,11 @@ void cs_ar_dtor_exit(PyObject_ *cap, cs_ar_dying *d)
                    .extra = d->has_dtor ? 0 : CS_ARDX_NO_DTOR};
     cs_emit(&ev, 1, NULL, NULL);
     r->cap = NULL;
+    /* moved out: its consumer took it and is at work on it (this capsule
+     * dies at the end of the consuming call, most often): a child it has
+     * moved out by now is born here, on its mover's stack */
+    if (aux == CS_ARD_MOVED && r->kids)
+        cs_ar_moves_seen(r, 0);
     /* moved out: its release is still to come, through a copy */
     cs_ar_rec_done(r, aux == CS_ARD_MOVED ? DONE_CAPSULE : DONE_CAPSULE | DONE_RELEASED);
 }

@@ -93,30 +93,44 @@ static void rewrap(void *s, ar_rec *r, int with_release)
         FIELD(s, L->rel) = release_tramp(r->type);
 }
 
+/* A kid moved out of its parent (release == NULL where it was, its
+ * record still there) is from now on an object of its own, born where
+ * the move is first seen (slot: the stack's start, NULL for here): a
+ * mover that never releases it leaks it. 1 when k is still in place. */
+static int kid_moved(ar_rec *k, const uintptr_t *slot)
+{
+    const layout *L = &lay[k->type];
+    int here = !atomic_load(&k->released) && cs_probe_read(k->home, L->size) &&
+               FIELD(k->home, L->pd) == k;
+    if (!here || FIELD(k->home, L->rel) ||
+        (__atomic_fetch_or(&k->byaddr, BA_MOVED, __ATOMIC_ACQ_REL) & BA_MOVED))
+        return here;
+    /* the moved-from struct is freed with its parent: a stale copy of the
+     * record there would make the moved kid look held at exit */
+    FIELD(k->home, L->pd) = NULL;
+    cs_event ev = {.kind = CS_EV_AR_EXPORT, .obj = (uint64_t)(uintptr_t)k,
+                   .b = (uint64_t)(uintptr_t)k->home, .c = (uint64_t)(uintptr_t)k->root,
+                   .aux = (uint16_t)(k->type | CS_AR_MOVED_KID | (slot ? 0 : CS_AR_MOVED_EARLY))};
+    emit_from(&ev, slot);
+    return 0;
+}
+
 /* R44, deep: which kids the parent's release about to run must release:
  * those still wrapped where they were. One moved out has release == NULL
- * there and its mover releases it: from here it is an object of its own
- * (born now, where its move is first seen), so a mover that never
- * releases it leaks it. */
+ * there and its mover releases it. */
 static void kids_expect(ar_rec *kids, const uintptr_t *slot)
 {
-    for (ar_rec *k = kids; k; k = k->sib) {
-        const layout *L = &lay[k->type];
-        int here = !atomic_load(&k->released) && cs_probe_read(k->home, L->size) &&
-                   FIELD(k->home, L->pd) == k;
-        k->expect = here && FIELD(k->home, L->rel) == release_tramp(k->type);
-        if (here && !FIELD(k->home, L->rel) && !(k->byaddr & BA_MOVED)) {
-            k->byaddr |= BA_MOVED;
-            /* the moved-from struct is freed with its parent: a stale copy of
-             * the record there would make the moved kid look held at exit */
-            FIELD(k->home, L->pd) = NULL;
-            cs_event ev = {.kind = CS_EV_AR_EXPORT, .obj = (uint64_t)(uintptr_t)k,
-                           .b = (uint64_t)(uintptr_t)k->home,
-                           .c = (uint64_t)(uintptr_t)k->root,
-                           .aux = (uint16_t)(k->type | CS_AR_MOVED_KID)};
-            emit_from(&ev, slot);
-        }
-    }
+    for (ar_rec *k = kids; k; k = k->sib)
+        k->expect = kid_moved(k, slot) && FIELD(k->home, lay[k->type].rel) == release_tramp(k->type);
+}
+
+void cs_ar_moves_seen(ar_rec *r, int depth)
+{
+    if (atomic_load(&r->released) || depth > 8)
+        return;
+    for (ar_rec *k = r->kids; k; k = k->sib)
+        if (kid_moved(k, NULL))
+            cs_ar_moves_seen(k, depth + 1);
 }
 
 /* After the parent's release: a kid it was to release and did not is a

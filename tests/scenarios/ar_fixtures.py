@@ -80,6 +80,11 @@ elif case == "child-leak":
     assert fx.consume_array(Batch(3, bug="off_by_one")) == 135  # <-- child-leak
 elif case == "moved-child-leak":
     assert fx.consume_array(Batch(3), "move_column_leak") == 45  # <-- moved-child-leak
+elif case.startswith("staged-"):
+    # a loader that stages a batch, keeping column 0 it moved out, and
+    # releases the batch later: the column is moved at the staging line
+    assert fx.stage_batch(Batch(3)) == 45  # <-- staged-move
+    fx.flush_staged(case[len("staged-"):])  # <-- staged-flush
 elif case == "child-leak-twin":
     assert fx.consume_array(Batch(3)) == 135
     assert fx.consume_array(Batch(3), "move_column") == 45  # column 0 moved out first
