@@ -119,3 +119,36 @@ def test_cuda_core_1_2_view_keeps_byte_offset(tmp_path):
     assert cp.returncode == 0 and "sum 28.0" in cp.stdout, (cp.stdout, cp.stderr[-2000:])
     res = run_capsan(VIEW, tmp_path, interpreter=py)
     assert res.returncode == 0 and findings(res.report) == [], summarize(res.report)
+
+
+CLOSED = SCENARIOS / "rw_stream_read_after_close.py"
+
+
+def test_pyarrow_11_reads_a_closed_stream(tmp_path):
+    """pyarrow 11.0.0's reader imported by address releases its
+    ArrowArrayStream on close() and read_all() still calls get_next through
+    it (apache/arrow #34906): SIGSEGV natively; capsan says
+    arrow-use-after-release at the read, with the close that released it."""
+    py = released("pyarrow-11.0.0")
+    cp = native(CLOSED, py)
+    assert is_signal(cp.returncode, 11) and "ok" not in cp.stdout, (cp.returncode, cp.stderr[-1500:])
+    res = run_capsan(CLOSED, tmp_path, interpreter=py)
+    assert res.returncode != 0 and "ok" not in res.stdout, res.describe()
+    f = assert_finding_at(res, "arrow-use-after-release", CLOSED, "read", event="get-next",
+                          innermost=False)
+    assert "get_next of ArrowArrayStream" in f["message"], f["message"]
+    for tag, event in (("close", "release"), ("import", "import-by-address"),
+                       ("export", "export-by-address")):
+        assert_finding_at(res, "arrow-use-after-release", CLOSED, tag, event=event, innermost=False)
+    assert kinds(res.report) == {"arrow-use-after-release"}, summarize(res.report)
+
+
+def test_pyarrow_12_refuses_a_closed_stream(tmp_path):
+    """The fixed twin, pyarrow 12.0.0 (PR #35016): the closed reader raises
+    ArrowInvalid without calling the stream, and capsan says nothing."""
+    py = released("pyarrow-12.0.0")
+    cp = native(CLOSED, py)
+    assert cp.returncode == 0 and "refused" in cp.stdout and "ok" in cp.stdout, cp.stderr[-2000:]
+    res = run_capsan(CLOSED, tmp_path, interpreter=py)
+    assert res.returncode == 0 and "refused" in res.stdout, res.describe()
+    assert findings(res.report) == [], summarize(res.report)
