@@ -154,3 +154,44 @@ def test_pyarrow_12_refuses_a_closed_stream(tmp_path):
     res = run_capsan(CLOSED, tmp_path, interpreter=py)
     assert res.returncode == 0 and "refused" in res.stdout, res.describe()
     assert findings(res.report) == [], summarize(res.report)
+
+
+KUZU = SCENARIOS / "rw_schema_release_not_cleared.py"
+
+
+def scratch(tmp_path):
+    """kuzu's database directory goes under the test's own (tempfile reads
+    TMPDIR): the aborting run cannot remove it itself."""
+    return {"TMPDIR": str(tmp_path)}
+
+
+def test_kuzu_0_0_8_schema_release_not_cleared(tmp_path):
+    """kuzu 0.0.8's ArrowSchema, handed to pyarrow by address in
+    get_as_arrow, has a release that returns without clearing release
+    (kuzudb/kuzu #2037): pyarrow 13 aborts natively; capsan says
+    arrow-release-not-cleared at the get_as_arrow line, naming kuzu's
+    module as the producer."""
+    py = released("kuzu-0.0.8")
+    cp = native(KUZU, py, scratch(tmp_path))
+    assert is_signal(cp.returncode, 6) and "did not cleanup release callback" in cp.stderr, \
+        (cp.returncode, cp.stderr[-1500:])
+    res = run_capsan(KUZU, tmp_path, interpreter=py, env=scratch(tmp_path))
+    assert res.returncode != 0 and "ok" not in res.stdout, res.describe()
+    f = assert_finding_at(res, "arrow-release-not-cleared", KUZU, "to-arrow", event="release",
+                          innermost=False)
+    assert f["object"]["type"] == "ArrowSchema", f["object"]
+    assert_finding_at(res, "arrow-release-not-cleared", KUZU, "to-arrow",
+                      event="import-by-address", innermost=False)
+    assert "its producer: _kuzu" in res.stderr, res.stderr[-3000:]
+    assert kinds(res.report) == {"arrow-release-not-cleared"}, summarize(res.report)
+
+
+def test_kuzu_0_0_9_schema_release_clears(tmp_path):
+    """The fixed twin, kuzu 0.0.9 with the same pyarrow 13: a schema of
+    its own for each batch, released as it should be; capsan says nothing."""
+    py = released("kuzu-0.0.9")
+    cp = native(KUZU, py, scratch(tmp_path))
+    assert cp.returncode == 0 and "rows 3" in cp.stdout and "ok" in cp.stdout, cp.stderr[-2000:]
+    res = run_capsan(KUZU, tmp_path, interpreter=py, env=scratch(tmp_path))
+    assert res.returncode == 0 and "rows 3" in res.stdout, res.describe()
+    assert findings(res.report) == [], summarize(res.report)
