@@ -260,9 +260,14 @@ const char *cs_ar_message(const cs_finding *f, char *buf, size_t n)
         break;
     }
     case CS_KIND_ARROW_USE_AFTER_RELEASE:
+        /* value: called through the very struct its release ran on (its
+         * holder released it and read it anyway); else through a copy of
+         * it, kept from before its release or a move */
         snprintf(buf, n, "%s of %s %#llx called after the stream was released (R45): its "
-                 "private data is gone (a stale copy of a released stream, arrow-adbc #4363)",
-                 call_name(f->detail), t, p);
+                 "private data is gone (%s)", call_name(f->detail), t, p,
+                 f->value ? "its holder released this struct and then called through it, as a "
+                            "reader closed and read again (apache/arrow #34906)"
+                          : "a stale copy of a released stream, arrow-adbc #4363");
         break;
     case CS_KIND_ARROW_STREAM_MISUSE:
         snprintf(buf, n, "%s of %s %#llx called while thread %llu was inside a callback of the "

@@ -139,7 +139,8 @@ static unsigned on_call(cs_lifecycle *lc, stripe *st, obj *o, const cs_event *ev
         return 0;
     }
     if (ev->aux & CS_ARC_RELEASED) {
-        ot_report(lc, j, CS_KIND_ARROW_USE_AFTER_RELEASE, o ? o : &tmp, ev, ev->aux & 0xff, 0);
+        ot_report(lc, j, CS_KIND_ARROW_USE_AFTER_RELEASE, o ? o : &tmp, ev, ev->aux & 0xff,
+                  !!(ev->aux & CS_ARC_SAME));
     } else if ((ev->aux & CS_ARC_CONCURRENT) && !(o && (o->flags & AF_MISUSE))) {
         if (o)
             o->flags |= AF_MISUSE;

@@ -309,6 +309,8 @@ enum cs_ar_type { CS_AR_SCHEMA = 1, CS_AR_ARRAY = 2, CS_AR_STREAM = 3, CS_AR_DEV
 enum cs_ar_call { CS_ARC_GET_SCHEMA = 1, CS_ARC_GET_NEXT = 2, CS_ARC_GET_LAST_ERROR = 3 };
 #define CS_ARC_RELEASED 0x100u  /* on a released stream (R45) */
 #define CS_ARC_CONCURRENT 0x200u /* while another thread was inside one of its callbacks */
+#define CS_ARC_SAME 0x400u      /* with CS_ARC_RELEASED: through the very struct its release
+                                * ran on, not a copy kept from before */
 /* CS_EV_AR_DESTROY aux: the struct as its capsule died */
 enum cs_ar_destroy {
     CS_ARD_SET = 1,        /* release still set: its destructor must release it (R41) */

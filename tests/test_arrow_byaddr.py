@@ -95,6 +95,7 @@ def test_use_after_release_through_stale_copy(tmp_path, apy):
     the stream out of for its last error after pyarrow released it."""
     res = run(tmp_path, apy, "use-after-release")
     f = assert_finding_at(res, "arrow-use-after-release", S, "stale", event="get-last-error")
+    assert "stale copy" in f["message"], f["message"]
     assert_finding_at(res, "arrow-use-after-release", S, "drop-used", event="release")
     assert "import-by-address" in event_names(f), event_names(f)
     only(res, ["arrow-use-after-release"])

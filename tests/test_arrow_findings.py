@@ -117,7 +117,7 @@ def test_use_after_release(tmp_path, py):
     res = run(tmp_path, py, "use-after-release", ["protect=1"])
     assert "done" in res.stdout, res.describe()
     f = assert_finding_at(res, "arrow-use-after-release", S, "use-after-release", event="get-last-error")
-    assert "get_last_error" in f["message"]
+    assert "get_last_error" in f["message"] and "stale copy" in f["message"], f["message"]
     assert_finding_at(res, "arrow-use-after-release", S, "export-stream", event="export")
     only(res, ["arrow-use-after-release"])
 

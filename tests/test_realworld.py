@@ -119,3 +119,79 @@ def test_cuda_core_1_2_view_keeps_byte_offset(tmp_path):
     assert cp.returncode == 0 and "sum 28.0" in cp.stdout, (cp.stdout, cp.stderr[-2000:])
     res = run_capsan(VIEW, tmp_path, interpreter=py)
     assert res.returncode == 0 and findings(res.report) == [], summarize(res.report)
+
+
+CLOSED = SCENARIOS / "rw_stream_read_after_close.py"
+
+
+def test_pyarrow_11_reads_a_closed_stream(tmp_path):
+    """pyarrow 11.0.0's reader imported by address releases its
+    ArrowArrayStream on close() and read_all() still calls get_next through
+    it (apache/arrow #34906): SIGSEGV natively; capsan says
+    arrow-use-after-release at the read, with the close that released it."""
+    py = released("pyarrow-11.0.0")
+    cp = native(CLOSED, py)
+    assert is_signal(cp.returncode, 11) and "ok" not in cp.stdout, (cp.returncode, cp.stderr[-1500:])
+    res = run_capsan(CLOSED, tmp_path, interpreter=py)
+    assert res.returncode != 0 and "ok" not in res.stdout, res.describe()
+    f = assert_finding_at(res, "arrow-use-after-release", CLOSED, "read", event="get-next",
+                          innermost=False)
+    # the reader's own released struct, not a stale copy (arrow-adbc #4363's shape)
+    assert "get_next of ArrowArrayStream" in f["message"] and "#34906" in f["message"] \
+        and "stale copy" not in f["message"], f["message"]
+    for tag, event in (("close", "release"), ("import", "import-by-address"),
+                       ("export", "export-by-address")):
+        assert_finding_at(res, "arrow-use-after-release", CLOSED, tag, event=event, innermost=False)
+    assert kinds(res.report) == {"arrow-use-after-release"}, summarize(res.report)
+
+
+def test_pyarrow_12_refuses_a_closed_stream(tmp_path):
+    """The fixed twin, pyarrow 12.0.0 (PR #35016): the closed reader raises
+    ArrowInvalid without calling the stream, and capsan says nothing."""
+    py = released("pyarrow-12.0.0")
+    cp = native(CLOSED, py)
+    assert cp.returncode == 0 and "refused" in cp.stdout and "ok" in cp.stdout, cp.stderr[-2000:]
+    res = run_capsan(CLOSED, tmp_path, interpreter=py)
+    assert res.returncode == 0 and "refused" in res.stdout, res.describe()
+    assert findings(res.report) == [], summarize(res.report)
+
+
+KUZU = SCENARIOS / "rw_schema_release_not_cleared.py"
+
+
+def scratch(tmp_path):
+    """kuzu's database directory goes under the test's own (tempfile reads
+    TMPDIR): the aborting run cannot remove it itself."""
+    return {"TMPDIR": str(tmp_path)}
+
+
+def test_kuzu_0_0_8_schema_release_not_cleared(tmp_path):
+    """kuzu 0.0.8's ArrowSchema, handed to pyarrow by address in
+    get_as_arrow, has a release that returns without clearing release
+    (kuzudb/kuzu #2037): pyarrow 13 aborts natively; capsan says
+    arrow-release-not-cleared at the get_as_arrow line, naming kuzu's
+    module as the producer."""
+    py = released("kuzu-0.0.8")
+    cp = native(KUZU, py, scratch(tmp_path))
+    assert is_signal(cp.returncode, 6) and "did not cleanup release callback" in cp.stderr, \
+        (cp.returncode, cp.stderr[-1500:])
+    res = run_capsan(KUZU, tmp_path, interpreter=py, env=scratch(tmp_path))
+    assert res.returncode != 0 and "ok" not in res.stdout, res.describe()
+    f = assert_finding_at(res, "arrow-release-not-cleared", KUZU, "to-arrow", event="release",
+                          innermost=False)
+    assert f["object"]["type"] == "ArrowSchema", f["object"]
+    assert_finding_at(res, "arrow-release-not-cleared", KUZU, "to-arrow",
+                      event="import-by-address", innermost=False)
+    assert "its producer: _kuzu" in res.stderr, res.stderr[-3000:]
+    assert kinds(res.report) == {"arrow-release-not-cleared"}, summarize(res.report)
+
+
+def test_kuzu_0_0_9_schema_release_clears(tmp_path):
+    """The fixed twin, kuzu 0.0.9 with the same pyarrow 13: a schema of
+    its own for each batch, released as it should be; capsan says nothing."""
+    py = released("kuzu-0.0.9")
+    cp = native(KUZU, py, scratch(tmp_path))
+    assert cp.returncode == 0 and "rows 3" in cp.stdout and "ok" in cp.stdout, cp.stderr[-2000:]
+    res = run_capsan(KUZU, tmp_path, interpreter=py, env=scratch(tmp_path))
+    assert res.returncode == 0 and "rows 3" in res.stdout, res.describe()
+    assert findings(res.report) == [], summarize(res.report)

@@ -59,6 +59,7 @@ typedef struct ar_rec {
     uint8_t expect;            /* its parent's release must release it (set as that starts) */
     uint8_t byaddr;            /* BA_*: handed over by address (byaddr.c) */
     const void *maker;         /* where PyCapsule_New was called (its module: the maker) */
+    void *rel_at;              /* the struct its release ran on (R45: called through again?) */
 } ar_rec;
 #define BA_BORN 1u     /* born by address: no capsule, its holder owns it */
 #define BA_IMPORTED 2u /* moved into an importer by address */

@@ -191,6 +191,8 @@ static void release_body(void *self, int type, const uintptr_t *slot)
             return;
         }
     }
+    if (!again)
+        r->rel_at = self;
     ar_rec *kids = again ? NULL : r->kids;
     if (kids)
         kids_expect(kids, slot);
@@ -281,7 +283,7 @@ static uintptr_t call_body(void *self, int type, int k, void *out, const uintptr
         atomic_store(&r->call_thread, me);
     uint16_t aux = (uint16_t)(k + 1);
     if (atomic_load(&r->released))
-        aux |= CS_ARC_RELEASED;
+        aux |= CS_ARC_RELEASED | (self == r->rel_at ? CS_ARC_SAME : 0);
     else if (inside && other != me && !atomic_exchange(&r->misuse_said, 1))
         aux |= CS_ARC_CONCURRENT;
     if (aux & (CS_ARC_RELEASED | CS_ARC_CONCURRENT)) {
