@@ -49,9 +49,9 @@ Environment: BENCH_CG_QUICK=1 (above); BENCH_CG_ITERS (N for every
 workload); BENCH_CG_JOBS (runs at once, default the number of CPUs);
 BENCH_CG_MEMRAY=0 leaves memray out; BENCH_CG_PROFILE=1 also prints the 15
 costliest functions of libcapsan.so per iteration, exclusive and
-inclusive (stacks on, W1 and W2); BENCH_CG_WORKLOADS=W1,W2 and
+inclusive (stacks on, each workload but W4); BENCH_CG_WORKLOADS=W1,W2 and
 BENCH_CG_STACKS=Debian,cp311 choose; BENCH_CG_VERBOSE=1 prints each run's
-time; BENCH_LIB measures another libcapsan.so; BENCH_CG_FLOOR=1 (make
+time; BENCH_CG_KEEP=1 keeps the callgrind outputs (for callgrind_annotate); BENCH_LIB measures another libcapsan.so; BENCH_CG_FLOOR=1 (make
 bench-floor) takes a runtime that writes no trace."""
 import concurrent.futures
 import json
@@ -555,13 +555,16 @@ def main():
             print("Where capsan's instructions go (stacks on; the loop's counts / N, by function "
                   "of libcapsan.so):")
             for sname in infos:
-                for w in ("W1", "W2"):
+                for w in ("W1", "W1d", "W2", "W2b", "W5", "W3"):
                     jn = res.get((sname, w, "capsan, stacks on", iters[w]))
                     if jn and "out" in jn:
                         print_profile(f"{w} {sname}", jn, iters[w],
                                       per[(sname, w, "capsan, stacks on")])
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        if os.environ.get("BENCH_CG_KEEP", "0") == "1":
+            print(f"  (callgrind outputs kept in {tmp})")
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
     wall = time.perf_counter() - t_start
     cpu = sum(j["seconds"] for j in jobs) if jobs else 0
     print(f"  (instruction counts took {wall:.0f}s: {len(jobs)} callgrind runs, "

@@ -2,7 +2,11 @@
  * of data starts, each bucket a chain of (start, tensor, count) entries,
  * and the same entries in a treap ordered by (start, tensor): a range of
  * a few granules is a few bucket lookups, a big block's range (an arena
- * freed whole) a walk down the treap, O(log n). Entries come from mmap'd
+ * freed whole) a walk down the treap, O(log n). A new entry waits among
+ * the PEND youngest before it goes into the treap: most tensors are
+ * released within a few events of their consume, and with thousands alive
+ * a treap insert and removal cost about 350 instructions each (W5); a range
+ * looks at the few waiting entries as well. Entries come from mmap'd
  * chunks and go back to a free list, never to free(): capsan's free() hook
  * reads this index, and the process's allocator may be the program's own. */
 #include "dataindex.h"
@@ -25,7 +29,13 @@ typedef struct entry {
     uint32_t n;    /* times added less times removed */
     uint32_t next; /* the chain's (or the free list's) next, 0 = none */
     uint32_t l, r; /* the treap's children, 0 = none */
+    uint32_t pend; /* its place among the waiting + 1, 0 = in the treap */
 } entry;
+
+/* the youngest entries, not in the treap yet (in no order) */
+#define PEND 16
+static uint32_t pend[PEND];
+static unsigned npend, evict;
 
 static cs_spin mu = CS_SPIN_INIT;
 static uint32_t head[NB];
@@ -121,6 +131,30 @@ static void tree_remove(uint32_t i)
         *link = merge(at(i)->l, at(i)->r);
 }
 
+/* a new entry waits; when PEND wait, one of them (round robin) goes into
+ * the treap to make room */
+static void pend_add(uint32_t i)
+{
+    if (npend == PEND) {
+        unsigned k = evict++ % PEND;
+        at(pend[k])->pend = 0;
+        tree_add(pend[k]);
+        pend[k] = i;
+        at(i)->pend = k + 1;
+        return;
+    }
+    pend[npend++] = i;
+    at(i)->pend = npend;
+}
+
+static void pend_remove(uint32_t i)
+{
+    unsigned k = at(i)->pend - 1, last = pend[--npend];
+    pend[k] = last;
+    at(last)->pend = k + 1;
+    at(i)->pend = 0;
+}
+
 static size_t put(uint64_t key, uint64_t *keys, size_t n, size_t max);
 
 /* the keys of entries in t whose start lies in [lo, hi) */
@@ -156,7 +190,7 @@ void cs_di_add(uint64_t data, uint64_t key)
     if (i) { /* out of entries: that tensor's data goes unwatched */
         *at(i) = (entry){.data = data, .key = key, .n = 1, .next = head[b]};
         head[b] = i;
-        tree_add(i);
+        pend_add(i);
         if (data < atomic_load_explicit(&cs_di_lo, memory_order_relaxed))
             atomic_store_explicit(&cs_di_lo, data, memory_order_relaxed);
         if (data > atomic_load_explicit(&cs_di_hi, memory_order_relaxed))
@@ -174,12 +208,15 @@ void cs_di_remove(uint64_t data, uint64_t key)
         if (e->data != data || e->key != key)
             continue;
         if (--e->n == 0) {
-            tree_remove(i);
+            if (e->pend)
+                pend_remove(i);
+            else
+                tree_remove(i);
             *link = e->next;
             e->key = e->data = 0; /* no stale key for anyone to find */
             e->next = free_list;
             free_list = i;
-            if (!root) { /* nothing indexed: no hull */
+            if (!root && !npend) { /* nothing indexed: no hull */
                 atomic_store_explicit(&cs_di_lo, UINT64_MAX, memory_order_relaxed);
                 atomic_store_explicit(&cs_di_hi, 0, memory_order_relaxed);
             }
@@ -217,6 +254,9 @@ size_t cs_di_starts_in(uint64_t lo, uint64_t hi, uint64_t *keys, size_t max)
             }
     } else {
         n = tree_range(root, lo, hi, keys, n, max);
+        for (unsigned k = 0; k < npend && n < max; k++)
+            if (at(pend[k])->data >= lo && at(pend[k])->data < hi)
+                n = put(at(pend[k])->key, keys, n, max);
     }
     cs_spin_unlock(&mu);
     return n;

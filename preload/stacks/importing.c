@@ -18,6 +18,14 @@ static inline int imemo_verdict(const cs_pylayout *l, const char *f, const imemo
         return -1;
     int i = 0;
     const char *g = f;
+    if (m->strong) {
+        /* its code objects are interned for good (held): the same address
+         * is the same code, and so the same file */
+        for (; g && i < n; i++, g = AT(g, o_back, const char *))
+            if (AT(g, o_code, const void *) != m->fr[i].co)
+                return -1;
+        return i == n && !g ? m->verdict : -1;
+    }
     for (; g && i < n; i++, g = AT(g, o_back, const char *)) {
         const char *co = AT(g, o_code, const char *);
         if (co != m->fr[i].co || (m->fr[i].fn && AT(co, o_file, const void *) != m->fr[i].fn))
@@ -27,11 +35,14 @@ static inline int imemo_verdict(const cs_pylayout *l, const char *f, const imemo
 }
 
 /* Whether an importlib frame lies in the chain from f: walked, and the
- * chain kept in m (if any) for imemo_verdict */
-static int import_below(const cs_pylayout *l, const char *f, imemo *m)
+ * chain kept in m (if any) for imemo_verdict. With the GIL, the chain's
+ * code objects are interned (pycode.c: held for good), and the memo is
+ * proven by their addresses alone: a deep stack's allocations (pytest's)
+ * prove 20 frames or more beyond the ones their stack keeps, each time */
+static int import_below(const cs_pylayout *l, const char *f, imemo *m, int gil)
 {
     const char *f0 = f;
-    int verdict = 0, i;
+    int verdict = 0, i, strong = gil && m;
     for (i = 0; f && i < 1024; i++, f = AT(f, l->f_back, const char *)) {
         const char *co = AT(f, l->f_code, const char *);
         const void *fn = NULL;
@@ -41,6 +52,8 @@ static int import_below(const cs_pylayout *l, const char *f, imemo *m)
             const char *file = ascii_in_place(fn);
             if (file && file[0] == '<' && strncmp(file, "<frozen importlib", 17) == 0)
                 verdict = 1;
+            if (strong && i < IMEMO && !code_id((code_obj *)(uintptr_t)co, 1))
+                strong = 0; /* out of memory: names compared */
         }
         if (m && i < IMEMO) {
             m->fr[i].co = co;
@@ -51,6 +64,7 @@ static int import_below(const cs_pylayout *l, const char *f, imemo *m)
         m->f0 = f0;
         m->n = !f && i <= IMEMO ? i : 0; /* a whole chain, or no memo */
         m->verdict = verdict;
+        m->strong = strong;
     }
     return verdict;
 }
@@ -66,7 +80,7 @@ int cs_stack_importing(cs_thread *t, int gil)
      * and the memo holds whatever chain it walked */
     const char *f = t->py_walked ? t->py_rest : raw_top(l, gil);
     if (!c || !f)
-        return import_below(l, f, NULL);
+        return import_below(l, f, NULL, 0);
     uintptr_t h = (uintptr_t)f >> 4;
     unsigned k = (unsigned)((h ^ h >> 6) % (IMEMOS / 2));
     imemo *set = &c->imemo[2 * k];
@@ -78,6 +92,6 @@ int cs_stack_importing(cs_thread *t, int gil)
         return v;
     w = c->ivictim[k];
     c->ivictim[k] = (uint8_t)(w ^ 1);
-    return import_below(l, f, &set[w]);
+    return import_below(l, f, &set[w], gil);
 }
 

@@ -71,35 +71,63 @@ static __attribute__((noinline)) const char *code_frame_holding(const cs_pylayou
     return g != f && g && AT(g, l->f_code, const void *) == co ? g : NULL;
 }
 
+/* the offsets raw_walk reads, pointer-wide: no widening in its loop */
+typedef struct rw_offs {
+    ptrdiff_t code, back, instr, entry, owner;
+    char cstack;
+    int by_index;
+} rw_offs;
+
+/* frame f's raw_ip, as raw_frames records it (one shape per kind: see
+ * raw_walk) */
+static inline __attribute__((always_inline)) uint64_t raw_of(const cs_pylayout *l, const rw_offs *o,
+                                                            const char *f, const char *back,
+                                                            const int kind)
+{
+    uint64_t ip = o->by_index ? (uint64_t)(uint32_t)AT(f, o->instr, int)
+                              : (uint64_t)(uintptr_t)AT(f, o->instr, const char *);
+    /* is_entry's rules, each a constant here (the shared form cost W1
+     * 90 instructions an iteration). Its field is a C bool: 0 or 1 as
+     * it lies (any other byte fails the compare, as a changed frame
+     * would) */
+    unsigned entry = kind == RW_FIELD  ? AT(f, o->entry, unsigned char)
+                     : kind == RW_SHIM ? !back || AT(back, o->owner, char) == o->cstack
+                                       : (unsigned)is_entry(l, f);
+    return raw_ip(ip, entry);
+}
+
 static inline __attribute__((always_inline)) int raw_walk(const cs_pylayout *l,
                                                           const memo_frames *fr, const char **fp,
                                                           int npy, const int kind)
 {
-    /* pointer-wide offsets: no widening in the loop */
-    const ptrdiff_t o_code = l->f_code, o_back = l->f_back, o_instr = l->f_instr,
-                    o_entry = l->f_entry, o_owner = l->f_owner;
-    const char cstack = (char)l->owner_cstack;
-    const int by_index = kind == RW_ANY && l->model == CS_PYF_OBJECT;
+    const rw_offs o = {l->f_code, l->f_back, l->f_instr, l->f_entry, l->f_owner,
+                       (char)l->owner_cstack, kind == RW_ANY && l->model == CS_PYF_OBJECT};
+    /* RW_FIELD and RW_SHIM frames point at their instruction, inside their
+     * code object's bytecode, and a raw memo holds its code objects (a
+     * strong walk): the same pointer is the same code, unread. An index
+     * (RW_ANY) needs the code compared first. */
+    const int by_ptr = kind != RW_ANY;
     const char *f = *fp;
     const void *const *co = fr->co, *const *end = co + npy;
     const uint64_t *want = fr->ip;
     for (; co != end; co++, want++) {
         if (!f)
             return 0;
-        if (__builtin_expect(AT(f, o_code, const void *) != *co, 0) &&
-            !(f = code_frame_holding(l, f, *co)))
-            return 0;
-        const char *back = AT(f, o_back, const char *);
-        uint64_t ip = by_index ? (uint64_t)(uint32_t)AT(f, o_instr, int)
-                               : (uint64_t)(uintptr_t)AT(f, o_instr, const char *);
-        /* is_entry's rules, each a constant here (the shared form cost W1
-         * 90 instructions an iteration). Its field is a C bool: 0 or 1 as
-         * it lies (any other byte fails the compare, as a changed frame
-         * would) */
-        unsigned entry = kind == RW_FIELD  ? AT(f, o_entry, unsigned char)
-                         : kind == RW_SHIM ? !back || AT(back, o_owner, char) == cstack
-                                           : (unsigned)is_entry(l, f);
-        if (raw_ip(ip, entry) != *want)
+        const char *back = AT(f, o.back, const char *);
+        if (by_ptr && __builtin_expect(raw_of(l, &o, f, back, kind) == *want, 1)) {
+            f = back;
+            continue;
+        }
+        /* a shim or a frame not yet started may lie between: the frame
+         * that runs the memo's code is the next one that runs code */
+        if (AT(f, o.code, const void *) != *co) {
+            if (!(f = code_frame_holding(l, f, *co)))
+                return 0;
+            back = AT(f, o.back, const char *);
+        } else if (by_ptr) {
+            return 0; /* its own code at another instruction */
+        }
+        if (raw_of(l, &o, f, back, kind) != *want)
             return 0;
         f = back;
     }

@@ -132,6 +132,7 @@ typedef struct rentry {
  * length alone). */
 typedef struct imemo {
     int n, verdict;
+    int strong; /* its code objects are interned (held): no names compared */
     const char *f0;
     struct { const void *co, *fn; } fr[IMEMO];
 } imemo;
