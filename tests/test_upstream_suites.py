@@ -153,7 +153,9 @@ def run_suite(tmp_path, py, files, *, mode, cwd, pythonpath=(), env=None, timeou
             e["LD_PRELOAD"] = str(LIBCAPSAN)
         else:  # the same plugins as natively (autoload off in both)
             e["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
-        e["CAPSAN_OPTIONS"] = ":".join([f"log_path={log}", "exitcode=0", *options])
+        # keep_trace=always: a clean run's trace is read here too (what it watched)
+        e["CAPSAN_OPTIONS"] = ":".join([f"log_path={log}", "exitcode=0", "keep_trace=always",
+                                        *options])
         cmd = [str(py), *args, "-p", "capsan.pytest_plugin", "--capsan", f"--capsan-report={out}"]
     elif mode == "native":
         e["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
@@ -162,7 +164,7 @@ def run_suite(tmp_path, py, files, *, mode, cwd, pythonpath=(), env=None, timeou
         e["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
         if options:
             e["CAPSAN_OPTIONS"] = ":".join(options)
-        cmd = [str(CAPSAN), "run", "--log-path", str(log), "--", str(py), *args]
+        cmd = [str(CAPSAN), "run", "--keep-trace", "--log-path", str(log), "--", str(py), *args]
     cp = subprocess.run(cmd, capture_output=True, text=True, env=e, timeout=timeout, cwd=str(cwd),
                         stdin=subprocess.DEVNULL, preexec_fn=no_core)
     traces = trace_files(tmp_path)
