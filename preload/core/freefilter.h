@@ -16,9 +16,11 @@
  * address whose free() they must see (cs_ff_mark), so one load tells
  * every free() of an ordinary block that nobody cares. */
 #define CS_FF_GRAIN 8
-/* 65536 slots (128 KiB): with 10,000 consumed tensors alive a quarter of
- * them count one (4096 slots were all taken, and every free() went on) */
-#define CS_FF_BITS 16
+/* 262144 slots (512 KiB, touched only where a slot counts): with 10,000
+ * consumed tensors alive one in 13 counts, and as many free()s of ordinary
+ * blocks go on to the watchers (65536 slots: one in 4, W5's per-event
+ * cost 6-7% above W2's; 4096 slots were all taken) */
+#define CS_FF_BITS 18
 extern _Atomic uint16_t cs_ff_pages[1u << CS_FF_BITS];
 static inline unsigned cs_ff_page(uintptr_t granule)
 {
