@@ -147,7 +147,7 @@ void cs_ar_dtor_exit(PyObject_ *cap, cs_ar_dying *d)
      * dies at the end of the consuming call, most often): a child it has
      * moved out by now is born here, on its mover's stack */
     if (aux == CS_ARD_MOVED && r->kids)
-        cs_ar_moves_seen(r, 0);
+        cs_ar_moves_seen(r);
     /* moved out: its release is still to come, through a copy */
     cs_ar_rec_done(r, aux == CS_ARD_MOVED ? DONE_CAPSULE : DONE_CAPSULE | DONE_RELEASED);
 }

@@ -124,13 +124,14 @@ static void kids_expect(ar_rec *kids, const uintptr_t *slot)
         k->expect = kid_moved(k, slot) && FIELD(k->home, lay[k->type].rel) == release_tramp(k->type);
 }
 
-void cs_ar_moves_seen(ar_rec *r, int depth)
+/* the kids tree is as deep as wrap_kids made it (KIDS_MAX_DEPTH) */
+void cs_ar_moves_seen(ar_rec *r)
 {
-    if (atomic_load(&r->released) || depth > 8)
+    if (atomic_load(&r->released))
         return;
     for (ar_rec *k = r->kids; k; k = k->sib)
         if (kid_moved(k, NULL))
-            cs_ar_moves_seen(k, depth + 1);
+            cs_ar_moves_seen(k);
 }
 
 /* After the parent's release: a kid it was to release and did not is a

@@ -19,9 +19,8 @@ void cs_ar_check_failed(ar_rec *r, PyObject_ *cap, unsigned code, uint64_t value
 /* Children (and dictionaries) of r, at any depth, its owner has moved
  * out so far: each an object of its own from here, born at this stack
  * (the parent's release sees the rest). Called where the owner of a
- * parent moved out of its capsule is still at work: the capsule's death.
- * depth: 0. */
-void cs_ar_moves_seen(ar_rec *r, int depth);
+ * parent moved out of its capsule is still at work: the capsule's death. */
+void cs_ar_moves_seen(ar_rec *r);
 
 /* f is capsan's release trampoline for structs of that cs_ar_type */
 int cs_ar_is_tramp(const void *f, int type);
