@@ -27,11 +27,19 @@ struct cs_reach {
     size_t nown, capown;
     int oom;
     unsigned region;    /* CS_WHERE_* of the mapping being scanned */
-    unsigned char *buf; /* one pool or page at a time is copied here (BUF bytes) */
+    unsigned char *buf; /* a window (WIN bytes) at a time is copied here */
     uintptr_t type_type; /* &PyType_Type: a dead object's type is one */
 };
 
 #define BUF CS_POOL_SIZE
+/* A window: what one mincore() and one read cover. Memory is scanned a
+ * pool-sized chunk at a time, but asking the kernel a chunk at a time
+ * made a per-test scan (pytest --capsan) two syscalls for every 16 KiB of
+ * address space: pyarrow's reserved heaps alone were 70,000 mincore()
+ * calls, 130 ms a scan. */
+#define WIN_CHUNKS 64
+#define WIN (BUF * WIN_CHUNKS)
+#define PG 4096u
 
 cs_reach *cs_reach_new(const uint64_t *keys, size_t n)
 {
@@ -44,14 +52,14 @@ cs_reach *cs_reach_new(const uint64_t *keys, size_t n)
         free(r);
         return NULL;
     }
-    if (!(r->buf = malloc(BUF))) {
+    if (!(r->buf = malloc(WIN))) {
         free(r->seen);
         free(r);
         return NULL;
     }
     cs_reach_own(r, keys, n * sizeof *keys);
     cs_reach_own(r, r->seen, n ? n : 1);
-    cs_reach_own(r, r->buf, BUF);
+    cs_reach_own(r, r->buf, WIN);
     r->type_type = (uintptr_t)dlsym(RTLD_DEFAULT, "PyType_Type");
     return r;
 }
@@ -108,35 +116,75 @@ static void scan_words(cs_reach *r, uintptr_t a, uintptr_t b, uintptr_t at, cs_r
     }
 }
 
-/* the resident pages of [lo, hi) (within one pool-sized chunk), copied
- * into r->buf at their offset from `chunk`; how many were */
-static size_t copy_resident(cs_reach *r, uintptr_t chunk, uintptr_t lo, uintptr_t hi,
-                            const unsigned char *vec)
+
+static int chunk_resident(const unsigned char *vec, uintptr_t win, uintptr_t chunk)
 {
-    enum { PG = 4096 };
-    size_t got = 0;
-    for (uintptr_t pg = lo & ~(uintptr_t)(PG - 1); pg < hi; pg += PG) {
-        uintptr_t a = pg < lo ? lo : pg, b = pg + PG > hi ? hi : pg + PG;
-        unsigned char *dst = r->buf + (a - chunk);
-        /* copied, not read in place: another thread may unmap it (a
-         * thread's stack as it exits) while this one scans */
-        struct iovec local = {dst, b - a}, remote = {(void *)a, b - a};
-        if ((vec[(pg - chunk) / PG] & 1) &&
-            process_vm_readv(getpid(), &local, 1, &remote, 1, 0) == (ssize_t)(b - a))
-            got++;
-        else
-            memset(dst, 0, b - a); /* untouched: zeros */
-    }
-    return got;
+    for (uintptr_t pg = chunk; pg < chunk + BUF; pg += PG)
+        if (vec[(pg - win) / PG] & 1)
+            return 1;
+    return 0;
 }
 
-/* A pymalloc pool: its carved blocks that are neither free nor dead */
-static void scan_pool(cs_reach *r, const cs_pool *pl, uintptr_t chunk, cs_root_cb cb, void *ud)
+/* The resident pages of [lo, hi), within the window at `win`, copied into
+ * r->buf at their offset from `win` by one process_vm_readv(); page by
+ * page when it comes up short (another thread unmapped a page meanwhile:
+ * a thread's stack as it exits), a page that cannot be read then counting
+ * as untouched. Copied, not read in place, for that reason. A chunk with
+ * a resident page has its other pages zeroed (an untouched page holds
+ * zeros); a chunk with none is not scanned and not written. How many
+ * pages were copied. */
+static size_t copy_window(cs_reach *r, uintptr_t win, uintptr_t lo, uintptr_t hi,
+                          unsigned char *vec)
+{
+    struct iovec local[WIN / PG / 2 + 1], remote[WIN / PG / 2 + 1];
+    size_t niov = 0, want = 0, pages = 0;
+    for (uintptr_t pg = lo & ~(uintptr_t)(PG - 1); pg < hi; pg += PG) {
+        uintptr_t a = pg < lo ? lo : pg, b = pg + PG > hi ? hi : pg + PG;
+        unsigned char *dst = r->buf + (a - win);
+        if (!(vec[(pg - win) / PG] & 1)) {
+            if (chunk_resident(vec, win, pg & ~(uintptr_t)(BUF - 1)))
+                memset(dst, 0, b - a);
+            continue;
+        }
+        if (niov && (uintptr_t)remote[niov - 1].iov_base + remote[niov - 1].iov_len == a) {
+            local[niov - 1].iov_len += b - a;
+            remote[niov - 1].iov_len += b - a;
+        } else {
+            local[niov] = (struct iovec){dst, b - a};
+            remote[niov] = (struct iovec){(void *)a, b - a};
+            niov++;
+        }
+        want += b - a;
+        pages++;
+    }
+    if (!niov || process_vm_readv(getpid(), local, niov, remote, niov, 0) == (ssize_t)want)
+        return pages;
+    pages = 0;
+    for (uintptr_t pg = lo & ~(uintptr_t)(PG - 1); pg < hi; pg += PG) {
+        uintptr_t a = pg < lo ? lo : pg, b = pg + PG > hi ? hi : pg + PG;
+        unsigned char *v = &vec[(pg - win) / PG];
+        if (!(*v & 1))
+            continue;
+        struct iovec l1 = {r->buf + (a - win), b - a}, r1 = {(void *)a, b - a};
+        if (process_vm_readv(getpid(), &l1, 1, &r1, 1, 0) == (ssize_t)(b - a)) {
+            pages++;
+        } else {
+            memset(l1.iov_base, 0, b - a);
+            *v &= (unsigned char)~1u; /* as if untouched */
+        }
+    }
+    return pages;
+}
+
+/* A pymalloc pool (its copy at `copy`): its carved blocks that are
+ * neither free nor dead */
+static void scan_pool(cs_reach *r, const cs_pool *pl, const unsigned char *copy, uintptr_t chunk,
+                      cs_root_cb cb, void *ud)
 {
     for (uint32_t off = pl->first, k = 0; off + pl->bs <= pl->end; off += pl->bs, k++)
         if (!cs_pool_block_free(pl, k))
-            scan_words(r, (uintptr_t)r->buf + off, (uintptr_t)r->buf + off + pl->bs, chunk + off,
-                       cb, ud, 1);
+            scan_words(r, (uintptr_t)copy + off, (uintptr_t)copy + off + pl->bs, chunk + off, cb,
+                       ud, 1);
 }
 
 /* [a, b), resident pages only: an untouched anonymous page holds zeros,
@@ -144,26 +192,35 @@ static void scan_pool(cs_reach *r, const cs_pool *pl, uintptr_t chunk, cs_root_c
  * free blocks and dead objects are not scanned (pypools.h). */
 static void scan_resident(cs_reach *r, uintptr_t a, uintptr_t b, cs_root_cb cb, void *ud)
 {
-    enum { PG = 4096 };
-    unsigned char vec[BUF / PG];
+    unsigned char vec[WIN / PG];
     a = (a + 7) & ~(uintptr_t)7; /* whole aligned words: the copy's are the memory's */
     b &= ~(uintptr_t)7;
-    for (uintptr_t chunk = a & ~(uintptr_t)(BUF - 1); chunk < b; chunk += BUF) {
-        uintptr_t lo = chunk < a ? a : chunk, hi = chunk + BUF > b ? b : chunk + BUF;
+    for (uintptr_t win = a & ~(uintptr_t)(BUF - 1); win < b; win += WIN) {
+        uintptr_t lo = win < a ? a : win, hi = win + WIN > b ? b : win + WIN;
         uintptr_t pa = lo & ~(uintptr_t)(PG - 1);
         size_t npg = (hi - pa + PG - 1) / PG;
-        if (mincore((void *)pa, npg * PG, vec + (pa - chunk) / PG) != 0)
-            memset(vec + (pa - chunk) / PG, 1, npg); /* unknown: scan it */
-        if (!copy_resident(r, chunk, lo, hi, vec))
+        memset(vec, 0, sizeof vec); /* pages outside [lo, hi) count as untouched */
+        if (mincore((void *)pa, npg * PG, vec + (pa - win) / PG) != 0)
+            memset(vec + (pa - win) / PG, 1, npg); /* unknown: scan it */
+        int any = 0; /* bit 0 says resident; the others are reserved */
+        for (size_t i = 0; i < npg && !any; i++)
+            any = vec[(pa - win) / PG + i] & 1;
+        if (!any || !copy_window(r, win, lo, hi, vec))
             continue;
-        cs_pool pl;
-        if (r->region == CS_WHERE_ANON && lo == chunk && hi == chunk + BUF && (vec[0] & 1) &&
-            cs_pool_parse(r->buf, chunk, &pl)) {
-            scan_pool(r, &pl, chunk, cb, ud);
-            continue;
+        for (uintptr_t chunk = win; chunk < hi; chunk += BUF) {
+            uintptr_t clo = chunk < lo ? lo : chunk, chi = chunk + BUF > hi ? hi : chunk + BUF;
+            if (clo >= chi || !chunk_resident(vec, win, chunk))
+                continue;
+            const unsigned char *copy = r->buf + (chunk - win);
+            cs_pool pl;
+            if (r->region == CS_WHERE_ANON && clo == chunk && chi == chunk + BUF &&
+                (vec[(chunk - win) / PG] & 1) && cs_pool_parse(copy, chunk, &pl)) {
+                scan_pool(r, &pl, copy, chunk, cb, ud);
+                continue;
+            }
+            scan_words(r, (uintptr_t)copy + (clo - chunk), (uintptr_t)copy + (chi - chunk), clo,
+                       cb, ud, 0);
         }
-        scan_words(r, (uintptr_t)r->buf + (lo - chunk), (uintptr_t)r->buf + (hi - chunk), lo, cb,
-                   ud, 0);
     }
 }
 

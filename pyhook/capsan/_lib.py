@@ -313,6 +313,13 @@ def scope_live(since_ns: int) -> int:
     return int(call("capsan_scope_live", since_ns))
 
 
+def scope_live_key_count(since_ns: int) -> int:
+    """How many of them are NumPy blocks and DLPack tensors (no list of
+    their addresses is made on this side: a stale copy would pass for a
+    reference in a scan)."""
+    return int(call("capsan_scope_live_keys", since_ns, None, 0))
+
+
 def scope_live_keys(since_ns: int) -> list:
     """The NumPy block and DLPack tensor addresses among them, sorted."""
     n = int(call("capsan_scope_live_keys", since_ns, None, 0))

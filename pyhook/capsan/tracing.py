@@ -161,13 +161,18 @@ class Trace:
         if since and _lib.has("capsan_scope_live"):
             if not _left_alive(since):
                 return
-            # the tensors first, before any list of the scope's keys was
-            # made in this process: the scan is conservative, and a freed
-            # copy of a key would pass for a reference to its tensor
-            if _lib.has("capsan_scope_dlpack_leaks"):
-                _lib.scope_dlpack_leaks(since)
-            if self.roots and _all_held(since, skip_frames):
-                return
+            # the roots walk can settle it only when all that is alive is
+            # NumPy blocks and DLPack tensors (no Arrow struct): else the
+            # scan after the collection below is the only one it needs
+            if self.roots and _lib.has("capsan_scope_live_keys") and \
+                    _lib.scope_live_key_count(since) == _lib.scope_live(since):
+                # the tensors first, before any list of the scope's keys
+                # was made in this process: the scan is conservative, and
+                # a freed copy of a key would pass for a reference to it
+                if _lib.has("capsan_scope_dlpack_leaks"):
+                    _lib.scope_dlpack_leaks(since)
+                if _all_held(since, skip_frames):
+                    return
         gc.collect()
         # tensors consumed in the scope and referenced nowhere any more
         # first: the NumPy buffers they keep alive are their indirect part
