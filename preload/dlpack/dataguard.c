@@ -11,6 +11,7 @@
 #include "dataguard.h"
 
 #include <dlfcn.h>
+#include <link.h>
 #include <malloc.h>
 #include <string.h>
 
@@ -48,7 +49,12 @@ void cs_dg_init(void)
     /* glibc's malloc, not one the program brings (jemalloc, mimalloc...):
      * then a block's size is read in its chunk header */
     Dl_info di;
+    const ElfW(Sym) *sym = NULL;
     void *m = dlsym(RTLD_DEFAULT, "malloc");
+    /* a non-PIE executable (Debian's python3) answers with its PLT entry,
+     * an undefined symbol: the definition lies further on */
+    if (m && dladdr1(m, &di, (void **)&sym, RTLD_DL_SYMENT) && sym && sym->st_shndx == SHN_UNDEF)
+        m = dlsym(RTLD_NEXT, "malloc");
     cs_dg_glibc = m && dladdr(m, &di) && di.dli_fname && strstr(di.dli_fname, "/libc.so");
     cs_lc_data_watch = watch;
 }

@@ -112,7 +112,7 @@ uint32_t cs_dl_fingerprint(const void *mt, int versioned)
     return readable(mt, struct_size(versioned)) ? tensor_fingerprint(tensor_of(mt, versioned)) : 0;
 }
 
-uint32_t cs_dl_consume_view(const void *mt, int versioned, uint64_t *offset, uint64_t *data)
+int cs_dl_view(const void *mt, int versioned, uint64_t *offset, uint64_t *data)
 {
     *offset = *data = 0;
     if (!readable(mt, struct_size(versioned)))
@@ -120,7 +120,13 @@ uint32_t cs_dl_consume_view(const void *mt, int versioned, uint64_t *offset, uin
     const dl_tensor *t = tensor_of(mt, versioned);
     *offset = t->byte_offset;
     *data = (uint64_t)(uintptr_t)t->data;
-    return tensor_fingerprint(t);
+    return 1;
+}
+
+uint32_t cs_dl_consume_view(const void *mt, int versioned, uint64_t *offset, uint64_t *data)
+{
+    return cs_dl_view(mt, versioned, offset, data) ? tensor_fingerprint(tensor_of(mt, versioned))
+                                                   : 0;
 }
 
 static int valid_device(int32_t d)

@@ -27,6 +27,9 @@ uint32_t cs_dl_fingerprint(const void *mt, int versioned);
 /* What a consume needs, with one probe: the fingerprint (0 if the struct
  * cannot be read), byte_offset in *offset and data in *data. */
 uint32_t cs_dl_consume_view(const void *mt, int versioned, uint64_t *offset, uint64_t *data);
+/* byte_offset and data alone (a re-export's look at a consumed tensor);
+ * 0 if the struct cannot be read. */
+int cs_dl_view(const void *mt, int versioned, uint64_t *offset, uint64_t *data);
 /* dl_tensor.data of a live struct of either layout (the deleter is told
  * apart by which offset holds capsan's trampoline; 0 if unknown). */
 uint64_t cs_dl_data(const void *mt);

@@ -40,8 +40,8 @@ void cs_dl_reexport_slow(const cs_loan *l, uint64_t start, uint32_t stack)
             continue;
         /* consumed and not released: its consumer still holds it */
         uint64_t off, data;
-        if (!cs_dl_consume_view((void *)(uintptr_t)hit[i], (origin.aux & CS_DLV_VERSIONED) != 0,
-                                &off, &data) ||
+        if (!cs_dl_view((void *)(uintptr_t)hit[i], (origin.aux & CS_DLV_VERSIONED) != 0, &off,
+                        &data) ||
             !off || data != start)
             continue;
         cs_young_dl_adopt(hit[i]); /* the finding is the lifecycle's */
