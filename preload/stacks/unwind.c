@@ -111,23 +111,14 @@ static int chain_valid(const rentry *e, const uintptr_t *slot0, size_t room, uin
 {
     if (e->ret0 != ret0 || e->gil != gil)
         return 0;
-    uint32_t n = e->n;
-    if (!n)
-        return 1;
     /* the chains of one call site share their inner frames and part
-     * ways near the caller: the outermost slot tells them apart first.
-     * Slots lie further up the stack frame by frame, so the outermost in
-     * bounds puts every other in bounds: the rest are read without a
-     * branch each, two at a time */
-    if (e->off[n - 1] >= room || slot0[e->off[n - 1]] != e->ip[n - 1])
+     * ways near the caller: the outermost slots tell them apart first */
+    if (e->n && e->off[e->n - 1] >= room)
         return 0;
-    uintptr_t diff = 0;
-    uint32_t i = n - 1;
-    for (; i >= 2; i -= 2)
-        diff |= (slot0[e->off[i - 1]] ^ e->ip[i - 1]) | (slot0[e->off[i - 2]] ^ e->ip[i - 2]);
-    if (i)
-        diff |= slot0[e->off[0]] ^ e->ip[0];
-    return diff == 0;
+    for (uint32_t i = e->n; i-- > 0;)
+        if (slot0[e->off[i]] != e->ip[i])
+            return 0;
+    return 1;
 }
 
 rentry *chain_hit(cs_stack_cache *c, const uintptr_t *slot0, int gil)
@@ -209,10 +200,7 @@ static int chain_walk(cs_stack_cache *c, const uintptr_t *slot0, void **ips, int
         rentry e = {.ret0 = *slot0, .n = (uint16_t)len, .gil = (uint8_t)gil};
         for (int i = first + 1; i <= first + len; i++) {
             const uintptr_t *at = (const uintptr_t *)(sps[i] - sizeof(uintptr_t));
-            /* each slot above the last (chain_valid bounds the outermost
-             * only) */
-            const uintptr_t *below = i > first + 1 ? slot0 + e.off[i - first - 2] : slot0;
-            if (at <= below || *at != (uintptr_t)ips[i])
+            if (at <= slot0 || *at != (uintptr_t)ips[i])
                 return n; /* not a plain call chain (signal frame): not cached */
             e.off[i - first - 1] = (uint32_t)(at - slot0);
             e.ip[i - first - 1] = (uintptr_t)ips[i];
