@@ -42,6 +42,7 @@ import os
 import re
 import resource
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -191,15 +192,30 @@ def measure(suite, build: Path, tmp: Path, real=False):
     }
     best = {k: None for k in configs}
     lines = {k: set() for k in configs}
+    rounds = []
     for _ in range(REPEAT):
+        this = {}
         for name, (argv, extra) in configs.items():
             cpu, line = cpu_of(argv, {**base, **extra}, cwd)
+            this[name] = cpu
             best[name] = cpu if best[name] is None else min(best[name], cpu)
             lines[name].add(line)
+        rounds.append(this)
     plain, run, plug = best["plain"], best["capsan run"], best["pytest --capsan"]
     print(f"{label}: CPU seconds, best of {REPEAT}")
     for name in configs:
-        print(f"  {name:16s} {best[name]:7.2f}s   {' | '.join(sorted(lines[name]))}")
+        spread = [r[name] for r in rounds]
+        print(f"  {name:16s} {best[name]:7.2f}s   (runs {min(spread):.2f}-{max(spread):.2f}s)   "
+              f"{' | '.join(sorted(lines[name]))}")
+    # this VM's CPU time drifts by phases (one suite's plain runs: 2.3-3.0 s
+    # in a row); the ratio within each round, taken minutes apart from
+    # the others, shows how far the best-of ratios below can be trusted
+    for name in configs:
+        if name == "plain":
+            continue
+        per = sorted(r[name] / r["plain"] for r in rounds)
+        print(f"  {name} / plain within each round: median {statistics.median(per):.2f}x "
+              f"({per[0]:.2f}-{per[-1]:.2f}x)")
     targets = ((("capsan run / plain ", run / plain, 1.15), ("plugin / plain     ", plug / plain, 1.15))
                if real else
                (("plugin / plain     ", plug / plain, 1.5), ("plugin / capsan run", plug / run, 1.25)))
