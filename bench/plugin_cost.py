@@ -26,7 +26,9 @@ The suites (each skipped with a message when it cannot be had):
   configuration alike.
 
 Each configuration's pytest summary line is printed: the three must have
-run the same tests.
+run the same tests. So are each configuration's range of runs and the
+median of the rounds' own ratios: on a VM whose CPU time drifts, one
+fast plain run moves a best-of ratio, and these show when it did.
 
 `--real` (what `make bench` runs, issue 35 item 4): the DLPack and Arrow
 suites of real libraries, best of BENCH_REPEAT (5 here) interleaved, with
