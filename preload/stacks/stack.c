@@ -234,6 +234,26 @@ static uint32_t capture_rest(cs_thread *t, int gil, int nd, int pd, unsigned sit
                              const uintptr_t *first, int levels, const uintptr_t *slot0,
                              rentry *hit);
 
+/* The second memo has hit this many times in a row: the first is stale
+ * (a stack of the program's set-up, say), and every capture paid to find
+ * that out first (about 70 instructions: its top frame runs other code,
+ * so the frames below are searched for a shim). Swapped, the live one is
+ * tried first. */
+#define MEMO_STALE 8
+
+static __attribute__((noinline)) void memo_swap(cs_stack_cache *c, rentry *e)
+{
+    memo m = e->memo[0];
+    e->memo[0] = e->memo[1];
+    e->memo[1] = m;
+    memo_frames **fr = &c->memofr[(size_t)(e - &c->chain[0][0]) * RMEMOS];
+    memo_frames *f = fr[0];
+    fr[0] = fr[1];
+    fr[1] = f;
+    e->memo_victim = 1; /* the stale one */
+    e->memo_streak = 0;
+}
+
 /* A stack chain `hit` gave before, its Python frames from `top`: no
  * lookups (a loop alternating two finds each in its place: no MRU) */
 static inline __attribute__((always_inline)) memo *chain_memo(cs_thread *t, rentry *hit,
@@ -244,6 +264,12 @@ static inline __attribute__((always_inline)) memo *chain_memo(cs_thread *t, rent
             raw_same(&hit->memo[k], frames_of(t->cache, hit, k, 0), top, pd, &t->py_rest)) {
             t->py_walked = 1;
             hit->memo_victim = (uint8_t)(k ^ 1);
+            if (!k) {
+                hit->memo_streak = 0;
+            } else if (++hit->memo_streak >= MEMO_STALE) {
+                memo_swap(t->cache, hit);
+                return &hit->memo[0];
+            }
             return &hit->memo[k];
         }
     return NULL;

@@ -114,6 +114,7 @@ typedef struct rentry {
      * chain serves np.empty and np.ones in one loop) */
     memo memo[RMEMOS];
     uint8_t memo_victim; /* the one a new stack replaces: not the last used */
+    uint8_t memo_streak; /* hits in a row on the second memo (chain_memo) */
 } rentry;
 
 /* cs_stack_importing's last walk (import_below) */
