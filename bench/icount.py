@@ -51,7 +51,8 @@ BENCH_CG_MEMRAY=0 leaves memray out; BENCH_CG_PROFILE=1 also prints the 15
 costliest functions of libcapsan.so per iteration, exclusive and
 inclusive (stacks on, each workload but W4); BENCH_CG_WORKLOADS=W1,W2 and
 BENCH_CG_STACKS=Debian,cp311 choose; BENCH_CG_VERBOSE=1 prints each run's
-time; BENCH_CG_KEEP=1 keeps the callgrind outputs (for callgrind_annotate); BENCH_LIB measures another libcapsan.so; BENCH_CG_FLOOR=1 (make
+time; BENCH_CG_KEEP=1 keeps the callgrind outputs (for callgrind_annotate);
+BENCH_LIB measures another libcapsan.so; BENCH_CG_FLOOR=1 (make
 bench-floor) takes a runtime that writes no trace."""
 import concurrent.futures
 import json

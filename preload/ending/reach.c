@@ -116,7 +116,8 @@ static void scan_words(cs_reach *r, uintptr_t a, uintptr_t b, uintptr_t at, cs_r
     }
 }
 
-
+/* whether the pool-sized chunk at `chunk` has a resident page, by the
+ * mincore() vector of the window at `win` */
 static int chunk_resident(const unsigned char *vec, uintptr_t win, uintptr_t chunk)
 {
     for (uintptr_t pg = chunk; pg < chunk + BUF; pg += PG)

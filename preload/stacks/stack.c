@@ -39,10 +39,16 @@ static memo_frames *frames_at(memo_frames **slot, int make)
     return *slot;
 }
 
+/* Chain e's memos' frames slots, RMEMOS of them */
+static memo_frames **frames_slots(cs_stack_cache *c, const rentry *e)
+{
+    return &c->memofr[(size_t)(e - &c->chain[0][0]) * RMEMOS];
+}
+
 /* Chain e's k-th memo's frames */
 static memo_frames *frames_of(cs_stack_cache *c, const rentry *e, int k, int make)
 {
-    return frames_at(&c->memofr[(size_t)(e - &c->chain[0][0]) * RMEMOS + (size_t)k], make);
+    return frames_at(&frames_slots(c, e)[k], make);
 }
 
 /* A walk cut short (a code object capsan could not name) or made
@@ -246,8 +252,7 @@ static __attribute__((noinline)) void memo_swap(cs_stack_cache *c, rentry *e)
     memo m = e->memo[0];
     e->memo[0] = e->memo[1];
     e->memo[1] = m;
-    memo_frames **fr = &c->memofr[(size_t)(e - &c->chain[0][0]) * RMEMOS];
-    memo_frames *f = fr[0];
+    memo_frames **fr = frames_slots(c, e), *f = fr[0];
     fr[0] = fr[1];
     fr[1] = f;
     e->memo_victim = 1; /* the stale one */

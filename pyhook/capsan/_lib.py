@@ -322,7 +322,7 @@ def scope_live_key_count(since_ns: int) -> int:
 
 def scope_live_keys(since_ns: int) -> list:
     """The NumPy block and DLPack tensor addresses among them, sorted."""
-    n = int(call("capsan_scope_live_keys", since_ns, None, 0))
+    n = scope_live_key_count(since_ns)
     if not n:
         return []
     arr = (ctypes.c_uint64 * n)()

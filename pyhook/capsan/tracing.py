@@ -41,17 +41,23 @@ def _left_alive(since) -> bool:
     return bool(_lib.scope_live(since))
 
 
+def _only_keyed(since) -> bool:
+    """Whether all the scope left alive is NumPy blocks and DLPack tensors
+    (no Arrow struct): only then can _all_held settle the verdict. Counted,
+    with no list of their addresses made on this side."""
+    return (_lib.has("capsan_scope_live_keys") and
+            _lib.scope_live_key_count(since) == _lib.scope_live(since))
+
+
 def _all_held(since, skip_frames) -> bool:
     """Whether Python's roots reach everything the scope left alive (all of
-    it NumPy blocks and DLPack tensors): no collection can free what they
-    reach, and what they reach is held, not leaked, so the verdict is known
-    without the full collection (a test whose instance or class keeps its
-    arrays). The walk stops at the last one it finds."""
-    if not _lib.has("capsan_scope_live_keys"):
-        return False
+    it NumPy blocks and DLPack tensors: _only_keyed): no collection can free
+    what they reach, and what they reach is held, not leaked, so the verdict
+    is known without the full collection (a test whose instance or class
+    keeps its arrays). The walk stops at the last one it finds."""
     keys = _lib.scope_live_keys(since)
     if not keys or len(keys) != _lib.scope_live(since):
-        return False  # an Arrow struct, or a change meanwhile: the full way
+        return False  # a change meanwhile: the full way
     from .reach import reached_blocks
     return len(reached_blocks(keys, skip_frames)) == len(keys)
 
@@ -161,11 +167,9 @@ class Trace:
         if since and _lib.has("capsan_scope_live"):
             if not _left_alive(since):
                 return
-            # the roots walk can settle it only when all that is alive is
-            # NumPy blocks and DLPack tensors (no Arrow struct): else the
-            # scan after the collection below is the only one it needs
-            if self.roots and _lib.has("capsan_scope_live_keys") and \
-                    _lib.scope_live_key_count(since) == _lib.scope_live(since):
+            # the roots walk may settle it without the collection; with an
+            # Arrow struct alive, the scan after it below is the only one
+            if self.roots and _only_keyed(since):
                 # the tensors first, before any list of the scope's keys
                 # was made in this process: the scan is conservative, and
                 # a freed copy of a key would pass for a reference to it
