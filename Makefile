@@ -142,6 +142,18 @@ adbc-venvs:
 	@mkdir -p $(B)
 	@bash .ci/adbcvenvs > $(B)/adbcvenvs.txt.new && mv $(B)/adbcvenvs.txt.new $(B)/adbcvenvs.txt
 
+# The newest CPythons (.ci/newest): 3.14 and 3.15 from Debian unstable in
+# a chroot of their own (capsan built there into build/sid), and a
+# free-threaded 3.13t built from source; build/newest.txt lists "TAG ROOT
+# PYTHON BUILD" for tests/test_newest.py. Built once and cached outside the
+# checkout (about 10 minutes on a fresh machine)
+.PHONY: newest test-newest
+newest: all
+	@mkdir -p $(B)
+	@bash .ci/newest > $(B)/newest.txt.new && mv $(B)/newest.txt.new $(B)/newest.txt
+test-newest: all fixtures newest
+	@cd tests && $(PYTHON) -m pytest -q -p no:cacheprovider test_newest.py test_pyversions.py $(PYTEST_ARGS)
+
 fixtures-current: venvs
 	@while read -r tag py; do \
 	  $(MAKE) --no-print-directory fixture-sos PYTHON=$$py FIXOUT=$(B)/tests/$$tag || exit 1; \
@@ -155,7 +167,7 @@ demo: deps
 	@bash examples/demo.sh
 
 test: deps
-	@$(MAKE) --no-print-directory all fixtures fixtures-current realworld-venvs arrow-venvs adbc-venvs sanitizers fuzz-build wheel
+	@$(MAKE) --no-print-directory all fixtures fixtures-current realworld-venvs arrow-venvs adbc-venvs newest sanitizers fuzz-build wheel
 	@$(MAKE) --no-print-directory test-c
 	@$(MAKE) --no-print-directory test-san fuzz-regress
 	@$(MAKE) --no-print-directory test-py

@@ -416,7 +416,8 @@ enum cs_name_state { CS_NAME_UNCONSUMED = 0, CS_NAME_USED = 1, CS_NAME_OTHER = 2
 #define CS_EVF_IN_DTOR 0x08     /* DELETE from inside a capsule destructor (a) */
 #define CS_EVF_OFFSET_IGNORED 0x10 /* CONSUME by a consumer that ignores byte_offset (b) */
 #define CS_EVF_NO_PYTHON 0x20   /* Py_IsInitialized() was false */
-#define CS_EVF_IMPORT 0x40      /* made while a module was being imported (module data) */
+#define CS_EVF_IMPORT 0x40      /* made while a module was being imported (module data),
+                                 * or where that cannot be told (no frame layout) */
 #define CS_EVF_GIL_KNOWN 0x80   /* in memory only: the hook already checked the GIL and
                                  * CS_EVF_GIL says the answer; never written */
 

@@ -311,9 +311,15 @@ static int start(int preload)
     if (!cs_pyapi_init())
         return 0; /* not a Python process: stay out of the way */
     if (!cs_py.layout && cs_opt.verbosity)
-        dprintf(2, "==%d==capsan: CPython %d.%d is not in capsan's table of interpreter "
-                   "layouts (preload/core/pyversions.inc): stacks will be native only\n",
-                (int)getpid(), cs_py.major, cs_py.minor);
+        dprintf(2, "==%d==capsan: the layout of CPython %d.%d cannot be proven (%s): stacks "
+                   "will be native only, and nothing that needs Python frames is judged\n",
+                (int)getpid(), cs_py.major, cs_py.minor, cs_py.layout_why);
+    if (cs_py.layout && cs_opt.verbosity >= 2) {
+        char row[512];
+        cs_pylayout_format(cs_py.layout, row, sizeof row);
+        dprintf(2, "==%d==capsan: CPython %d.%d's layout, from %s: %s\n", (int)getpid(),
+                cs_py.major, cs_py.minor, cs_py.layout->source, row);
+    }
     cs_lc = cs_lc_create(cs_findings_cb, NULL, 1);
     if (!cs_lc)
         return 0;

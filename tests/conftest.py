@@ -67,6 +67,82 @@ CURRENT = tagged_pythons("venvs.txt")
 ALL_PYTHONS = {**INTERPRETERS, **CURRENT}
 
 
+@dataclass(frozen=True)
+class Newest:
+    """One of the newest CPythons (.ci/newest, build/newest.txt): 3.14 and
+    3.15 in Debian unstable's chroot, where capsan is built into build/sid
+    by that release's gcc, or the free-threaded 3.13t on the host. The
+    checkout and /tmp are the same paths inside the chroot as outside."""
+    tag: str
+    root: Path | None  # the chroot, None on the host
+    python: Path       # as seen inside root
+    build: Path
+
+    @property
+    def capsan(self) -> Path:
+        return self.build / "bin" / "capsan"
+
+    @property
+    def lib(self) -> Path:
+        return self.build / "lib" / "libcapsan.so"
+
+    @property
+    def fixdir(self) -> Path:
+        return self.build / "tests" / self.tag
+
+    @property
+    def pydir(self) -> Path:
+        """the capsan package built for it (build/python: `import capsan`)"""
+        return self.build / "python"
+
+    @property
+    def free_threaded(self) -> bool:
+        return self.tag.endswith("t")
+
+    def command(self, argv: list, env: dict, cwd=None) -> tuple[list, dict]:
+        """argv and env to run argv with env in this interpreter's world
+        (in cwd: chroot starts at its root)"""
+        if self.root is None:
+            env = {**env, "PATH": f"{self.python.parent}:{env.get('PATH', '/usr/bin:/bin')}"}
+            return [str(a) for a in argv], env
+        keep = {k: v for k, v in env.items()
+                if k.startswith(("CAPSAN", "PYTHON", "LD_PRELOAD", "OMP_", "PYTEST"))}
+        # the venv's own tools first (meson and ninja for numpy's suites)
+        keep.update(PATH=f"{self.python.parent}:/usr/local/bin:/usr/bin:/bin", HOME="/root",
+                    LANG="C.UTF-8")
+        return [shutil.which("chroot", path="/usr/sbin:/sbin:/usr/bin:/bin") or "chroot",
+                str(self.root), "/usr/bin/env", "-i", *(["-C", str(cwd)] if cwd else []),
+                *[f"{k}={v}" for k, v in keep.items()], *map(str, argv)], keep
+
+
+def newest_pythons() -> dict:
+    out = {}
+    txt = BUILD / "newest.txt"
+    if txt.exists():
+        for line in txt.read_text().splitlines():
+            parts = line.split()
+            if len(parts) == 4:
+                tag, root, py, build = parts
+                out[tag] = Newest(tag, None if root == "-" else Path(root), Path(py),
+                                  ROOT / build)
+    return out
+
+
+# {"cp314": Newest, "cp315": ..., "cp313t": ...}: what `make newest` readied
+NEWEST = newest_pythons()
+NEWEST_TAGS = ["cp314", "cp315", "cp313t"]
+
+
+def newest_python(tag: str) -> Newest:
+    """The newest interpreter `tag`, its capsan and fixtures built; skip
+    when this machine could not have it (.ci/newest says why)."""
+    if tag not in NEWEST:
+        pytest.skip(f"no {tag} on this machine (make newest; .ci/newest)")
+    n = NEWEST[tag]
+    require(n.capsan, n.lib, n.fixdir / "dlconsumer.so")
+    return n
+
+
 def fixdir_for(interpreter) -> Path:
     """Where the fixture extensions built for `interpreter` are."""
     for tag, py in CURRENT.items():
@@ -246,6 +322,45 @@ def run_capsan(script, tmp: Path, *, options=None, interpreter=STATIC_PY, mode: 
     cp = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=e,
                         stdin=stdin if stdin is not None else subprocess.DEVNULL,
                         preexec_fn=no_core)
+    traces = trace_files(tmp)
+    report, rep_err = None, ""
+    if traces:
+        rcp, report = capsan_report(traces)
+        rep_err = rcp.stderr
+    return Result(cp.returncode, cp.stdout, cp.stderr, report, traces, cmd, rep_err)
+
+
+def run_newest(n: Newest, script, tmp: Path, *, options=None, mode: str = "run", args=(),
+               env=None, timeout: int = TIMEOUT, argv=None) -> Result:
+    """run_capsan for one of the newest interpreters: its own capsan build,
+    in its chroot where it has one; the traces are read by this build's
+    `capsan report`. argv replaces `PYTHON SCRIPT ARGS` when given."""
+    tmp = Path(tmp)
+    prefix = tmp / "t"
+    tmp.mkdir(parents=True, exist_ok=True)
+    if argv is None:
+        script = script_path(script, tmp, "prog")
+        argv = [n.python, script, *args]
+    opts = [options] if isinstance(options, str) else list(options or [])
+    e = base_env(env)
+    e["PYTHONPATH"] = f"{n.fixdir}:{n.pydir}" + (f":{env['PYTHONPATH']}"
+                                                 if env and "PYTHONPATH" in env else "")
+    if mode == "run":
+        cmd = [n.capsan, "run", "--keep-trace", "--log-path", prefix, "--", *argv]
+        if opts:
+            e["CAPSAN_OPTIONS"] = ":".join(opts)
+    elif mode == "preload":
+        cmd = list(argv)
+        e["LD_PRELOAD"] = str(n.lib)
+        e["CAPSAN_OPTIONS"] = ":".join([f"log_path={prefix}", "keep_trace=always", *opts])
+    elif mode == "plain":
+        cmd = list(argv)
+        e["CAPSAN_OPTIONS"] = ":".join([f"log_path={prefix}", *opts])
+    else:
+        raise ValueError(mode)
+    cmd, e = n.command(cmd, e, tmp)
+    cp = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=e,
+                        stdin=subprocess.DEVNULL, preexec_fn=no_core, cwd=str(tmp))
     traces = trace_files(tmp)
     report, rep_err = None, ""
     if traces:

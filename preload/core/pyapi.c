@@ -77,8 +77,15 @@ int cs_pyapi_init(void)
         cs_py.major = (int)strtol(v, &end, 10);
         cs_py.minor = *end == '.' ? (int)strtol(end + 1, NULL, 10) : 0;
     }
+    /* the object head, the one thing every walk of objects needs */
+    const void *none_type = dlsym(RTLD_DEFAULT, "_PyNone_Type");
+    if (cs_py.None_ && none_type)
+        for (size_t off = 8; off <= 24 && !cs_py.ob_type_off; off += 16)
+            if (*(const void *const *)((const char *)cs_py.None_ + off) == none_type)
+                cs_py.ob_type_off = off;
+    cs_py.layout_why = "PyCode_Type or the current thread state's getter is missing";
     cs_py.layout = cs_py.ThreadState_UncheckedGet && cs_py.Code_Type
-                       ? cs_pylayout_for(cs_py.major, cs_py.minor) : NULL;
+                       ? cs_pylayout_detect(cs_py.major, cs_py.minor, &cs_py.layout_why) : NULL;
     cs_py.ok = cs_py.Capsule_New && cs_py.Capsule_SetName && cs_py.Capsule_GetPointer &&
                cs_py.Capsule_IsValid && cs_py.Capsule_SetDestructor &&
                cs_py.Capsule_GetDestructor && cs_py.Capsule_SetPointer &&

@@ -16,9 +16,13 @@ typedef void (*cs_capsule_dtor)(PyObject_ *);
 typedef struct cs_pyapi {
     int ok;             /* PyCapsule_New and friends were found */
     int major, minor;   /* the interpreter's version */
-    /* its layouts (pyversions.inc); NULL for a version capsan does not
-     * know: stacks are then native only */
+    /* its layouts (pyversion.h); NULL for a version capsan cannot prove:
+     * stacks are then native only, and layout_why says what is missing */
     const cs_pylayout *layout;
+    const char *layout_why;
+    /* PyObject.ob_type: 8, or 24 on a free-threaded build, proven on None
+     * whatever the version (0: not proven; no object is walked then) */
+    size_t ob_type_off;
     const void *Code_Type; /* &PyCode_Type */
     /* capsule originals (taken before any slot is patched) */
     PyObject_ *(*Capsule_New)(void *, const char *, cs_capsule_dtor);

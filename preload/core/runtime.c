@@ -116,9 +116,13 @@ static inline __attribute__((always_inline)) cs_thread *emit_begin(cs_event *ev,
     cs_stack_hint = NULL;
     /* a NumPy block made by an import is module data; the frames the stack
      * did not record (all of them with Python stacks off) may show one.
-     * The flag matters for NumPy blocks only: no other event walks them */
-    if (t->importing || (want_stack && ev->kind == CS_EV_NP_ALLOC &&
-                         (!t->py_walked || t->py_rest) && cs_stack_importing(t, gil)))
+     * The flag matters for NumPy blocks only: no other event walks them.
+     * Without a frame layout (an interpreter capsan cannot prove) no one
+     * can tell: such a block is taken as module data, never as a leak */
+    if (t->importing ||
+        (ev->kind == CS_EV_NP_ALLOC && live && __builtin_expect(!cs_py.layout, 0)) ||
+        (want_stack && ev->kind == CS_EV_NP_ALLOC && (!t->py_walked || t->py_rest) &&
+         cs_stack_importing(t, gil)))
         ev->flags |= CS_EVF_IMPORT;
     return t;
 }

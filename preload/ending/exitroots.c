@@ -226,7 +226,7 @@ static void walk_threads(const wanted *w, PyObject_ *frames, PyObject_ *const *d
 static size_t module_dicts(PyObject_ ***out)
 {
     PyObject_ *modules = cs_py.Module_Type && cs_py.Module_GetDict && cs_py.Dict_SetItemString &&
-                                 cs_py.Type_IsSubtype
+                                 cs_py.Type_IsSubtype && cs_py.ob_type_off
                              ? cs_py.Import_GetModuleDict()
                              : NULL;
     size_t n = 0, cap = 0;
@@ -236,7 +236,7 @@ static size_t module_dicts(PyObject_ ***out)
     while (modules && cs_py.Dict_Next(modules, &pos, &k, &m) && nwitness < MAX_MODULES) {
         /* modules only: an object put in sys.modules (a lazy loader) may
          * run code for its attributes */
-        const void *tp = *(const void *const *)((const char *)m + sizeof(intptr_t));
+        const void *tp = *(const void *const *)((const char *)m + cs_py.ob_type_off);
         if (tp != cs_py.Module_Type && !cs_py.Type_IsSubtype(tp, cs_py.Module_Type))
             continue;
         PyObject_ *d = cs_py.Module_GetDict(m); /* borrowed */

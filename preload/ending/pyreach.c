@@ -1,6 +1,7 @@
 /* What Python objects still reach (see pyreach.h). The walk is the one
  * gc.get_referents makes, without a Python list per object: it reads the
- * type objects directly, whose head is the same from 3.8 to 3.13. */
+ * type objects directly, whose fields after the object head are the same
+ * from 3.8 on; the head is the build's (16 bytes longer free-threaded). */
 #include "pyreach.h"
 
 #include "arrow.h"
@@ -16,7 +17,8 @@
 typedef int (*visitproc_)(PyObject_ *, void *);
 
 /* PyTypeObject up to tp_is_gc (tp_vectorcall_offset took tp_print's
- * place in 3.8, at the same size) */
+ * place in 3.8, at the same size), as it lies after a default build's
+ * object head: type_of gives a free-threaded type's fields shifted so */
 typedef struct type_head {
     intptr_t ob_refcnt;
     const void *ob_type;
@@ -41,7 +43,7 @@ typedef struct type_head {
 
 #define TPFLAGS_HAVE_GC (1UL << 14)
 /* PyArrayObject_fields (numpy 1.x and 2.x): data after the object head,
- * base after nd, dimensions and strides */
+ * base after nd, dimensions and strides (+ head_extra free-threaded) */
 #define ND_DATA 16
 #define ND_BASE 48
 /* dl_tensor.data in DLManagedTensor, and after version, manager_ctx,
@@ -59,9 +61,21 @@ typedef struct walk {
     int oom;
 } walk;
 
+/* how much longer than a default build's the object head is: 16 on a
+ * free-threaded build (ob_tid, the shared refcount and its flags) */
+static size_t head_extra;
+
+/* o's type, seen through type_head's fields */
 static inline const type_head *type_of(const PyObject_ *o)
 {
-    return *(const type_head *const *)((const char *)o + sizeof(intptr_t));
+    const char *tp = *(const char *const *)((const char *)o + 8 + head_extra);
+    return (const type_head *)(tp + head_extra);
+}
+
+/* the type object itself (for comparisons and the C-API) */
+static inline const void *type_obj(const type_head *t)
+{
+    return (const char *)t - head_extra;
 }
 
 static size_t slot_of(uintptr_t p, size_t cap)
@@ -142,7 +156,7 @@ static uint8_t memo_of(type_memo *m, const type_head *tp,
 
 static uint8_t array_type(const type_head *tp, const void *ndarray)
 {
-    return tp == ndarray || cs_py.Type_IsSubtype(tp, ndarray);
+    return type_obj(tp) == ndarray || cs_py.Type_IsSubtype(type_obj(tp), ndarray);
 }
 
 /* The DLPack tensor a capsule holds (a producer's dltensor capsule, numpy's
@@ -217,7 +231,7 @@ static void keep_held(held_list *l, PyObject_ *o, uint32_t root, uint8_t lib)
 
 static uint8_t held_type(const type_head *tp, const void *libs)
 {
-    return (uint8_t)cs_heldmem_lib(libs, tp, tp->tp_name);
+    return (uint8_t)cs_heldmem_lib(libs, type_obj(tp), tp->tp_name);
 }
 
 static cs_held_lib held_lib(held_list *l, const type_head *tp)
@@ -309,6 +323,16 @@ size_t cs_pyreach(PyObject_ *const *roots, size_t nroots, size_t nwalk, const ui
 {
     if (!n || !cs_py.Type_IsSubtype || !cs_py.Capsule_Type || !cs_py.Err_Clear)
         return 0;
+    if (!cs_py.ob_type_off) {
+        /* an object head capsan cannot prove: no walk, and no one can
+         * tell what is held; everything counts as reached, so that no
+         * verdict built on this walk calls anything a leak */
+        memset(found, CS_REACH_OBJECT, n);
+        if (label)
+            memset(label, 0, n * sizeof *label);
+        return n;
+    }
+    head_extra = cs_py.ob_type_off - 8;
     /* no numpy imported: no blocks, but tensors and Arrow structs still */
     const void *ndarray = cs_pyreach_ndarray();
     memset(found, 0, n);
@@ -336,10 +360,11 @@ size_t cs_pyreach(PyObject_ *const *roots, size_t nroots, size_t nwalk, const ui
             const type_head *tp = type_of(o);
             long k[2] = {-1, -1};
             cs_held_lib lib;
-            if (ndarray && (tp == ndarray || memo_of(&memo, tp, array_type, ndarray))) {
-                k[0] = mark(*(const uint64_t *)((const char *)o + ND_DATA), want, n, found);
-                visit(*(PyObject_ *const *)((const char *)o + ND_BASE), &w);
-            } else if ((const void *)tp == cs_py.Capsule_Type) {
+            if (ndarray && (type_obj(tp) == ndarray || memo_of(&memo, tp, array_type, ndarray))) {
+                const char *a = (const char *)o + head_extra;
+                k[0] = mark(*(const uint64_t *)(a + ND_DATA), want, n, found);
+                visit(*(PyObject_ *const *)(a + ND_BASE), &w);
+            } else if (type_obj(tp) == cs_py.Capsule_Type) {
                 /* the tensor itself (an import's owner capsule, an export
                  * kept for later), and an unconsumed one's data */
                 uint64_t data, mt = capsule_tensor(o, &data);

@@ -115,8 +115,9 @@ int cs_stack_crash_python(int max, void (*fn)(void *ud, const char *file, const 
     /* code_frame's rules, each read probed; a cycle ends at 100000 */
     for (int k = 0; f && k < 100000; k++) {
         const char *co = NULL, *back = NULL, *type = NULL;
-        if (!CRD(f, l->f_back, back) || !CRD(f, l->f_code, co) || !co ||
-            !CRD(co, sizeof(intptr_t), type))
+        if (!CRD(f, l->f_back, back) || !CRD(f, l->f_code, co) ||
+            !(co = (const char *)((uintptr_t)co & ~(uintptr_t)l->exec_tag)) ||
+            !CRD(co, l->ob_type, type))
             break;
         int lasti = -1, runs = type == cs_py.Code_Type;
         if (runs && l->model == CS_PYF_OBJECT) {
@@ -125,11 +126,19 @@ int cs_stack_crash_python(int max, void (*fn)(void *ud, const char *file, const 
             char owner = 0;
             int first = 0;
             const char *instr = NULL;
-            runs = CRD(f, l->f_owner, owner) && owner != l->owner_cstack &&
-                   CRD(f, l->f_instr, instr) && CRD(co, l->co_firsttraceable, first) &&
-                   (owner == l->owner_gen || instr >= co + l->co_code + 2 * first);
+            const char *code = co + l->co_code, *arr = NULL;
+            int idx = -1;
+            intptr_t narr = 0;
+            /* free-threaded 3.14+: the thread's own copy of the bytecode */
+            if (l->co_tlbc >= 0 && CRD(co, l->co_tlbc, arr) && arr && CRD(f, l->f_tlbc, idx) &&
+                CRD(arr, 0, narr) && idx >= 0 && idx < narr && !CRD(arr, 8 + 8 * idx, code))
+                code = NULL;
+            runs = code && CRD(f, l->f_owner, owner) &&
+                   (l->owner_shim < 0 || owner < l->owner_shim) && CRD(f, l->f_instr, instr) &&
+                   CRD(co, l->co_firsttraceable, first) &&
+                   (owner == l->owner_gen || instr >= code + 2 * first);
             if (runs)
-                lasti = (int)((instr - (co + l->co_code)) / 2);
+                lasti = (int)((instr - code) / 2);
         }
         if (runs) {
             if (n < max) {

@@ -12,7 +12,7 @@
 /* m holds the chain from f as it is now: its verdict, or -1 */
 static inline int imemo_verdict(const cs_pylayout *l, const char *f, const imemo *m)
 {
-    const ptrdiff_t o_code = l->f_code, o_back = l->f_back, o_file = l->co_filename;
+    const ptrdiff_t o_back = l->f_back, o_file = l->co_filename;
     const int n = m->n;
     if (!n || f != m->f0)
         return -1;
@@ -22,12 +22,12 @@ static inline int imemo_verdict(const cs_pylayout *l, const char *f, const imemo
         /* its code objects are interned for good (held): the same address
          * is the same code, and so the same file */
         for (; g && i < n; i++, g = AT(g, o_back, const char *))
-            if (AT(g, o_code, const void *) != m->fr[i].co)
+            if (frame_code(l, g) != m->fr[i].co)
                 return -1;
         return i == n && !g ? m->verdict : -1;
     }
     for (; g && i < n; i++, g = AT(g, o_back, const char *)) {
-        const char *co = AT(g, o_code, const char *);
+        const char *co = frame_code(l, g);
         if (co != m->fr[i].co || (m->fr[i].fn && AT(co, o_file, const void *) != m->fr[i].fn))
             return -1;
     }
@@ -44,10 +44,10 @@ static int import_below(const cs_pylayout *l, const char *f, imemo *m, int gil)
     const char *f0 = f;
     int verdict = 0, i, strong = gil && m;
     for (i = 0; f && i < 1024; i++, f = AT(f, l->f_back, const char *)) {
-        const char *co = AT(f, l->f_code, const char *);
+        const char *co = frame_code(l, f);
         const void *fn = NULL;
         /* a shim's or 3.13's non-code executable is no import */
-        if (co && AT(co, sizeof(intptr_t), const void *) == cs_py.Code_Type) {
+        if (co && obj_type(l, co) == cs_py.Code_Type) {
             fn = AT(co, l->co_filename, const void *);
             const char *file = ascii_in_place(fn);
             if (file && file[0] == '<' && strncmp(file, "<frozen importlib", 17) == 0)

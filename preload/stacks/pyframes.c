@@ -16,13 +16,13 @@ const char *code_frame(const cs_pylayout *l, const char *f)
         if (l->model == CS_PYF_OBJECT)
             return f;
         char owner = AT(f, l->f_owner, char);
-        if (owner == l->owner_cstack)
+        if (l->owner_shim >= 0 && owner >= l->owner_shim)
             continue; /* the shim an evaluation starts with (3.12+) */
-        const char *co = AT(f, l->f_code, const char *);
-        if (!co || AT(co, sizeof(intptr_t), const void *) != cs_py.Code_Type)
+        const char *co = frame_code(l, f);
+        if (!co || obj_type(l, co) != cs_py.Code_Type)
             continue; /* 3.13's f_executable may be other than code */
         /* incomplete: set up, its first instruction not yet run */
-        const char *first = co + l->co_code + 2 * AT(co, l->co_firsttraceable, int);
+        const char *first = frame_bytecode(l, f, co) + 2 * AT(co, l->co_firsttraceable, int);
         if (owner != l->owner_gen && AT(f, l->f_instr, const char *) < first)
             continue;
         return f;
@@ -34,10 +34,10 @@ int is_entry(const cs_pylayout *l, const char *f)
 {
     if (l->f_entry >= 0)
         return AT(f, l->f_entry, char) != 0;
-    if (l->owner_cstack < 0)
+    if (l->owner_shim < 0)
         return 1; /* 3.10: one evaluation a frame */
     const char *prev = AT(f, l->f_back, const char *);
-    return !prev || AT(prev, l->f_owner, char) == l->owner_cstack;
+    return !prev || AT(prev, l->f_owner, char) >= l->owner_shim;
 }
 
 /* The instruction a frame is at, in code units from the code's start
@@ -46,7 +46,7 @@ static int frame_lasti(const cs_pylayout *l, const char *f, const char *co)
 {
     if (l->model == CS_PYF_OBJECT)
         return AT(f, l->f_instr, int);
-    return (int)((AT(f, l->f_instr, const char *) - (co + l->co_code)) / 2);
+    return (int)((AT(f, l->f_instr, const char *) - frame_bytecode(l, f, co)) / 2);
 }
 
 static const char *top_frame(const cs_pylayout *l, int gil)
@@ -82,7 +82,7 @@ int python_frames(cs_stack_cache *c, const char *f, uint64_t *out, int max, int 
     const cs_pylayout *l = cs_py.layout;
     int n = 0;
     for (; f && n < max; f = code_frame(l, AT(f, l->f_back, const char *))) {
-        code_obj *co = AT(f, l->f_code, code_obj *);
+        code_obj *co = (code_obj *)(uintptr_t)frame_code(l, f);
         int lasti = frame_lasti(l, f, (const char *)co);
         unsigned slot = (unsigned)(((uintptr_t)co >> 4) ^ (unsigned)lasti * 2654435761u) % LSETS;
         int line;

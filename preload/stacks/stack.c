@@ -74,13 +74,13 @@ static __attribute__((noinline)) const char *code_frame_holding(const cs_pylayou
                                                                 const char *f, const void *co)
 {
     const char *g = code_frame(l, f);
-    return g != f && g && AT(g, l->f_code, const void *) == co ? g : NULL;
+    return g != f && g && (const void *)frame_code(l, g) == co ? g : NULL;
 }
 
 /* the offsets raw_walk reads, pointer-wide: no widening in its loop */
 typedef struct rw_offs {
     ptrdiff_t code, back, instr, entry, owner;
-    char cstack;
+    char shim;
     int by_index;
 } rw_offs;
 
@@ -97,7 +97,7 @@ static inline __attribute__((always_inline)) uint64_t raw_of(const cs_pylayout *
      * it lies (any other byte fails the compare, as a changed frame
      * would) */
     unsigned entry = kind == RW_FIELD  ? AT(f, o->entry, unsigned char)
-                     : kind == RW_SHIM ? !back || AT(back, o->owner, char) == o->cstack
+                     : kind == RW_SHIM ? !back || AT(back, o->owner, char) >= o->shim
                                        : (unsigned)is_entry(l, f);
     return raw_ip(ip, entry);
 }
@@ -107,7 +107,7 @@ static inline __attribute__((always_inline)) int raw_walk(const cs_pylayout *l,
                                                           int npy, const int kind)
 {
     const rw_offs o = {l->f_code, l->f_back, l->f_instr, l->f_entry, l->f_owner,
-                       (char)l->owner_cstack, kind == RW_ANY && l->model == CS_PYF_OBJECT};
+                       (char)l->owner_shim, kind == RW_ANY && l->model == CS_PYF_OBJECT};
     /* RW_FIELD and RW_SHIM frames point at their instruction, inside their
      * code object's bytecode, and a raw memo holds its code objects (a
      * strong walk): the same pointer is the same code, unread. An index
@@ -126,7 +126,7 @@ static inline __attribute__((always_inline)) int raw_walk(const cs_pylayout *l,
         }
         /* a shim or a frame not yet started may lie between: the frame
          * that runs the memo's code is the next one that runs code */
-        if (AT(f, o.code, const void *) != *co) {
+        if ((const void *)frame_code(l, f) != *co) {
             if (!(f = code_frame_holding(l, f, *co)))
                 return 0;
             back = AT(f, o.back, const char *);
@@ -145,7 +145,7 @@ static int rw_kind_of(const cs_pylayout *l)
 {
     if (l->model != CS_PYF_OBJECT && l->f_entry >= 0)
         return RW_FIELD;
-    if (l->model != CS_PYF_OBJECT && l->owner_cstack >= 0 && l->f_owner >= 0)
+    if (l->model != CS_PYF_OBJECT && l->owner_shim >= 0 && l->f_owner >= 0)
         return RW_SHIM;
     return RW_ANY;
 }
@@ -228,7 +228,7 @@ static inline __attribute__((always_inline)) memo *python_memo(cs_thread *t, int
     const char *top;
     if (!gil || !c || !l || !(top = raw_top(l, gil)))
         return NULL;
-    uint64_t h = (uint64_t)(uintptr_t)AT(top, l->f_code, const void *) ^ frame_instr(l, top);
+    uint64_t h = (uint64_t)(uintptr_t)frame_code(l, top) ^ frame_instr(l, top);
     unsigned k = (unsigned)((h >> 1 ^ h >> 7 ^ h >> 17) % PYMEMO);
     memo *pm = &c->pymemo[k];
     const memo_frames *pfr = c->pyfr[k];
@@ -384,7 +384,7 @@ static __attribute__((noinline)) uint32_t capture_rest(cs_thread *t, int gil, in
                     return memo_use(t, m, gen);
             } else if (!nnat && top) {
                 uint64_t h =
-                    (uint64_t)(uintptr_t)AT(top, l->f_code, const void *) ^ frame_instr(l, top);
+                    (uint64_t)(uintptr_t)frame_code(l, top) ^ frame_instr(l, top);
                 unsigned k = (unsigned)((h >> 1 ^ h >> 7 ^ h >> 17) % PYMEMO);
                 pm = &t->cache->pymemo[k];
                 if (!(pfr = frames_at(&t->cache->pyfr[k], 1)))

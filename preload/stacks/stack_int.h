@@ -24,6 +24,26 @@ typedef struct code_obj code_obj; /* a PyCodeObject, opaque */
 
 #define AT(p, off, type) (*(type const *)((const char *)(p) + (off)))
 
+/* a frame's code object (f_executable untagged: a _PyStackRef in 3.14+) */
+#define frame_code(l, f) cs_frame_code((l), (const char *)(f))
+
+/* an object's type, at the build's object head (24 on free-threaded) */
+#define obj_type(l, o) AT((o), (l)->ob_type, const void *)
+
+/* The bytecode a frame's instruction pointer points into: its code
+ * object's, or on free-threaded 3.14+ the thread's own copy of it
+ * (co_tlbc->entries[tlbc_index], a _PyCodeArray: size, then entries) */
+static inline const char *frame_bytecode(const cs_pylayout *l, const char *f, const char *co)
+{
+    if (l->co_tlbc < 0)
+        return co + l->co_code;
+    const char *arr = AT(co, l->co_tlbc, const char *);
+    int idx = AT(f, l->f_tlbc, int);
+    if (!arr || idx < 0 || idx >= AT(arr, 0, intptr_t))
+        return co + l->co_code;
+    return AT(arr, 8 + 8 * idx, const char *);
+}
+
 /* PyASCIIObject.state's compact and ascii bits (3.10-3.13) */
 #define STR_COMPACT_ASCII ((1u << 5) | (1u << 6))
 

@@ -20,6 +20,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include "../fixtures/fx_module.h"
 #include <dlpack/dlpack.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -154,5 +155,5 @@ PyMODINIT_FUNC PyInit_st_atexit(void)
         return PyErr_NoMemory();
     if (atexit(at_exit_release) != 0)
         return PyErr_Format(PyExc_RuntimeError, "atexit() refused the handler");
-    return PyModule_Create(&moddef);
+    return fx_module_nogil(PyModule_Create(&moddef));
 }

@@ -25,6 +25,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include "../fixtures/fx_module.h"
 #include <dlpack/dlpack.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -267,5 +268,5 @@ static struct PyModuleDef moddef = {PyModuleDef_HEAD_INIT, "st_names", NULL, -1,
 PyMODINIT_FUNC PyInit_st_names(void)
 {
     pagesz = sysconf(_SC_PAGESIZE);
-    return PyModule_Create(&moddef);
+    return fx_module_nogil(PyModule_Create(&moddef));
 }
