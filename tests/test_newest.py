@@ -244,3 +244,31 @@ def test_numpy_dlpack_and_mem_policy_suites(tmp_path, tag):
     for f in bad_dtype:
         assert f["kind"] == "dlpack-bad-tensor" and "(value 123)" in f["message"], f
     assert rep["outside_tests"] == [], rep["outside_tests"]
+
+
+@pytest.mark.parametrize("tag", NEWEST_TAGS)
+def test_fork_worker_and_os_exit_leaks_are_found(tmp_path, tag):
+    """The _exit verdicts (a reachability scan): a fork worker's leaked
+    tensors and a program's at os._exit, every one. On 3.13t there are no
+    pymalloc pools: a freed capsule's stale word in a mimalloc block kept
+    the tensors "reachable" until ftdead.c learnt to tell a dead object."""
+    from test_endings import DEFAULT_EXITCODE, MP, QE, check_leaks
+    n = newest_python(tag)
+    res = run_newest(n, MP, tmp_path / "mp", args=["fork", "leak"])
+    assert f"exitcodes [0, 0, {DEFAULT_EXITCODE}, 0]" in res.stdout, res.describe()
+    check_leaks(res, MP, "_exit", indirect=False)
+    res = run_newest(n, QE, tmp_path / "qe", args=["leak"])
+    assert res.returncode == DEFAULT_EXITCODE, res.describe()
+    check_leaks(res, QE, "_exit")
+
+
+@pytest.mark.parametrize("tag", NEWEST_TAGS)
+def test_fork_workers_holding_their_arrays_are_clean(tmp_path, tag):
+    """The other side of the scan: what a live object still holds at
+    _exit is no leak (a dead object's rule must not hide a live one)."""
+    from test_endings import MP, errors
+    n = newest_python(tag)
+    res = run_newest(n, MP, tmp_path, args=["fork", "clean"])
+    assert res.returncode == 0 and "exitcodes [0, 0, 0, 0]" in res.stdout, res.describe()
+    assert errors(res.report) == [], summarize(res.report)
+    assert len(res.report["processes"]) >= 5, summarize(res.report)

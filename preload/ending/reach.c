@@ -1,5 +1,6 @@
 /* Reachability at _exit (reach.h). */
 #include "reach.h"
+#include "ftdead.h"
 #include "pyapi.h"
 #include "pypools.h"
 #include "pyversion.h"
@@ -29,6 +30,7 @@ struct cs_reach {
     unsigned region;    /* CS_WHERE_* of the mapping being scanned */
     unsigned char *buf; /* a window (WIN bytes) at a time is copied here */
     uintptr_t type_type; /* &PyType_Type: a dead object's type is one */
+    size_t ft_head;      /* a free-threaded build's ob_type offset, else 0 */
 };
 
 #define BUF CS_POOL_SIZE
@@ -61,6 +63,7 @@ cs_reach *cs_reach_new(const uint64_t *keys, size_t n)
     cs_reach_own(r, r->seen, n ? n : 1);
     cs_reach_own(r, r->buf, WIN);
     r->type_type = (uintptr_t)dlsym(RTLD_DEFAULT, "PyType_Type");
+    r->ft_head = cs_py.ob_type_off == 24 ? 24 : 0;
     return r;
 }
 
@@ -94,7 +97,8 @@ static int cmp_range(const void *a, const void *b)
 #define SELF_SPAN 80
 
 /* the words of a copy at [a, b) of the (aligned) memory at `at`; a
- * pymalloc block's (block != 0) are not roots if it is a dead object */
+ * pymalloc block's (block != 0) are not roots if it is a dead object, nor
+ * (free-threaded builds) a word inside a dead object of mimalloc's pages */
 static void scan_words(cs_reach *r, uintptr_t a, uintptr_t b, uintptr_t at, cs_root_cb cb,
                        void *ud, int block)
 {
@@ -110,6 +114,10 @@ static void scan_words(cs_reach *r, uintptr_t a, uintptr_t b, uintptr_t at, cs_r
             if (block && cs_pool_block_dead((const uint64_t *)a, (b - a) / 8, r->type_type))
                 return;
             block = 0; /* asked once */
+            if (r->ft_head && r->region == CS_WHERE_ANON &&
+                cs_ft_word_in_dead_object((const uint64_t *)a, (size_t)(p - (const uint64_t *)a),
+                                          r->type_type, r->ft_head))
+                continue;
             r->seen[i] = 1;
             cb(ud, w, (uint64_t)at, 0, r->region);
         }
