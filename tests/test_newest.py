@@ -272,3 +272,60 @@ def test_fork_workers_holding_their_arrays_are_clean(tmp_path, tag):
     assert res.returncode == 0 and "exitcodes [0, 0, 0, 0]" in res.stdout, res.describe()
     assert errors(res.report) == [], summarize(res.report)
     assert len(res.report["processes"]) >= 5, summarize(res.report)
+
+
+@pytest.mark.parametrize("mode", ["run", "late"])
+def test_pyarrow_capsule_interface_suite_on_314(tmp_path, mode):
+    """pyarrow 26.0.1's own tests of the Arrow PyCapsule interface (arrays,
+    tables, types, and test_cffi.py's capsule round trips), as its wheel
+    ships them, on 3.14: they pass, count what they count natively, and
+    capsan, watching their Arrow traffic, reports nothing."""
+    from test_upstream_suites import PYARROW_CAPSULE_K, counts
+    n = newest_python("cp314")
+    cmd, e = n.command([n.python, "-c", "import pyarrow, os; print(os.path.dirname(pyarrow.__file__))"],
+                       base_env())
+    site = subprocess.run(cmd, capture_output=True, text=True, env=e, check=True,
+                          timeout=120).stdout.strip()
+    t = Path(site) / "tests"
+    args = ["-m", "pytest", "-p", "no:cacheprovider", "-q", "-rfEs",
+            *[str(t / f) for f in ("test_array.py", "test_table.py", "test_types.py",
+                                   "test_cffi.py")], "-k", PYARROW_CAPSULE_K]
+
+    def run(how, where):
+        where.mkdir(parents=True, exist_ok=True)
+        env = base_env()
+        env["PYTHONPATH"] = str(n.pydir)
+        env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+        out = where / "capsan.json"
+        if how == "run":
+            argv = [n.capsan, "run", "--keep-trace", "--log-path", where / "t", "--", n.python,
+                    *args]
+        elif how == "late":
+            env["CAPSAN_OPTIONS"] = f"log_path={where / 't'}:exitcode=0:keep_trace=always"
+            argv = [n.python, *args, "-p", "capsan.pytest_plugin", "--capsan",
+                    f"--capsan-report={out}"]
+        else:
+            argv = [n.python, *args]
+        cmd, e = n.command(argv, env, where)
+        cp = subprocess.run(cmd, capture_output=True, text=True, env=e, timeout=1200,
+                            cwd=str(where), stdin=subprocess.DEVNULL, preexec_fn=no_core)
+        cp.describe = f"{' '.join(map(str, cmd))}\nrc={cp.returncode}\n{cp.stdout[-5000:]}\n{cp.stderr[-3000:]}"
+        traces = trace_files(where)
+        report = capsan_report(traces)[1] if traces else None
+        plugin = json.loads(out.read_text()) if out.exists() else None
+        return cp, report, plugin
+
+    cp, report, plugin = run(mode, tmp_path / mode)
+    assert cp.returncode == 0, cp.describe
+    c = counts(cp.stdout)
+    assert c.get("passed", 0) >= 28 and not c.get("failed") and not c.get("error"), (c, cp.describe)
+    assert report is not None, cp.describe
+    assert findings(report) == [], summarize(report)
+    if mode == "run":
+        w = re.search(r"tensors?, (\d+) NumPy blocks? and (\d+) Arrow struct", cp.stderr)
+        assert w and int(w.group(2)) >= 100, cp.describe
+    else:
+        assert plugin is not None and len(plugin["tests"]) >= 28, cp.describe
+        assert not [t for t in plugin["tests"] if t["findings"]], cp.describe
+        ncp, _, _ = run("native", tmp_path / "native")
+        assert counts(ncp.stdout) == c, (counts(ncp.stdout), c)
