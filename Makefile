@@ -40,7 +40,10 @@ MODEL_SRC := $(wildcard model/*.c)
 # arrow); their headers are included by name, from any folder
 RT_DIRS  := preload $(patsubst %/,%,$(sort $(dir $(wildcard preload/*/*.c preload/*/*.h))))
 RT_INC   := $(addprefix -I,$(RT_DIRS))
-RT_CFLAGS := $(CFLAGS) -fPIC -fvisibility=hidden $(RT_INC) -Imodel -flto $(RT_DEFS)
+# CS_OWNHEAP: capsan's own memory from its own heap, not the program's malloc
+# (model/alloc.h); the ASan build below leaves it out (ASan must see those
+# blocks), the UBSan build keeps it
+RT_CFLAGS := $(CFLAGS) -fPIC -fvisibility=hidden $(RT_INC) -Imodel -flto -DCS_OWNHEAP $(RT_DEFS)
 # -flto-partition is gcc's (clang's -flto links one module anyway)
 RT_LTO_LINK := $(if $(shell $(CC) --version 2>/dev/null | grep -i clang),,-flto-partition=one)
 RT_SRC   := $(wildcard preload/*.c preload/*/*.c) $(MODEL_SRC)
@@ -344,7 +347,7 @@ $(B)/asan/lib/libcapsan.so: $(ASAN_RT_OBJ) preload/exports.map
 	  -Wl,-z,now -Wl,--no-undefined -ldl -lpthread
 $(B)/ubsan/obj/rt/%.o: %.c $(HDRS)
 	@mkdir -p $(dir $@)
-	$(SAN_CC) $(SAN_CFLAGS) $(RT_INC) $(UBSAN) -fno-sanitize-recover=all -fPIC -fvisibility=hidden -c $< -o $@
+	$(SAN_CC) $(SAN_CFLAGS) $(RT_INC) $(UBSAN) -fno-sanitize-recover=all -fPIC -fvisibility=hidden -DCS_OWNHEAP -c $< -o $@
 $(B)/ubsan/lib/libcapsan.so: $(UBSAN_RT_OBJ) preload/exports.map
 	@mkdir -p $(dir $@)
 	$(SAN_CC) $(UBSAN) -shared -o $@ $(UBSAN_RT_OBJ) -Wl,--version-script=preload/exports.map \

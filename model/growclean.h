@@ -10,20 +10,22 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* free(p) with its first n bytes cleared. explicit_bzero, not memset: a
+#include "alloc.h"
+
+/* cs_free(p) with its first n bytes cleared. explicit_bzero, not memset: a
  * store right before free() is dead to the compiler, which drops it. */
 static inline void cs_free_clean(void *p, size_t n)
 {
     if (p)
         explicit_bzero(p, n);
-    free(p);
+    cs_free(p);
 }
 
 /* A block of `size` bytes holding the first `used` bytes of old (freed,
  * cleared); NULL, and old untouched, when there is no memory. */
 static inline void *cs_grow_clean(void *old, size_t used, size_t size)
 {
-    void *nb = malloc(size);
+    void *nb = cs_malloc(size);
     if (nb && old) {
         memcpy(nb, old, used);
         cs_free_clean(old, used);

@@ -6,6 +6,8 @@
 #include <string.h>
 
 #include "hash.h"
+#include "alloc.h"
+#include "sort.h"
 
 static uint64_t key_of(const cs_finding *f, uint64_t where)
 {
@@ -22,7 +24,7 @@ static int same(const cs_leak_group *g, const cs_finding *f, uint64_t where)
 static int grow(cs_leak_groups *g)
 {
     size_t ncap = g->cap ? g->cap * 2 : 64;
-    cs_leak_group *n = calloc(ncap, sizeof *n);
+    cs_leak_group *n = cs_calloc(ncap, sizeof *n);
     if (!n)
         return -1;
     for (size_t i = 0; i < g->cap; i++) {
@@ -33,7 +35,7 @@ static int grow(cs_leak_groups *g)
             j = (j + 1) & (ncap - 1);
         n[j] = g->tab[i];
     }
-    free(g->tab);
+    cs_free(g->tab);
     g->tab = n;
     g->cap = ncap;
     return 0;
@@ -86,14 +88,14 @@ size_t cs_lg_sorted(const cs_leak_groups *g, const cs_leak_group ***out)
     *out = NULL;
     if (!g->n)
         return 0;
-    const cs_leak_group **v = calloc(g->n, sizeof *v);
+    const cs_leak_group **v = cs_calloc(g->n, sizeof *v);
     if (!v)
         return 0;
     size_t n = 0;
     for (size_t i = 0; i < g->cap; i++)
         if (g->tab[i].used)
             v[n++] = &g->tab[i];
-    qsort(v, n, sizeof *v, cmp);
+    cs_sort(v, n, sizeof *v, cmp);
     *out = v;
     return n;
 }
@@ -107,7 +109,7 @@ void cs_lg_clear(cs_leak_groups *g)
 
 void cs_lg_free(cs_leak_groups *g)
 {
-    free(g->tab);
+    cs_free(g->tab);
     g->tab = NULL;
     g->cap = g->n = 0;
 }

@@ -35,8 +35,8 @@ typedef struct cs_leak_groups {
  * -1 when out of memory (nothing added). */
 int cs_lg_add(cs_leak_groups *g, const cs_finding *f, uint64_t where);
 /* The groups, errors first, then most bytes (then most objects, then first seen);
- * *out is malloc'd, the caller frees it. Returns how many (0: none, or out
- * of memory). */
+ * *out is cs_malloc'd, the caller cs_frees it. Returns how many (0: none,
+ * or out of memory). */
 size_t cs_lg_sorted(const cs_leak_groups *g, const cs_leak_group ***out);
 /* Empty (keeps the table), and free it. */
 void cs_lg_clear(cs_leak_groups *g);

@@ -157,7 +157,7 @@ int cs_lc_report_live(cs_lifecycle *lc, int ns, uint64_t origin_c, uint64_t sinc
 
 /* The keys of the live objects of a namespace that a normal exit would
  * judge leaked if they stayed alive (not held, not module data), sorted,
- * into a malloc'd *out the caller frees; returns how many. */
+ * into a cs_malloc'd *out the caller cs_frees; returns how many. */
 size_t cs_lc_exit_candidates(cs_lifecycle *lc, int ns, uint64_t **out);
 /* Whether the live NumPy block key holds the data of a tensor whose deleter
  * declined at shutdown (CS_EV_DROPPED): that, not a Python object, is what
@@ -175,8 +175,8 @@ void cs_lc_spans(cs_lifecycle *lc, const uint64_t *keys, size_t n, uint64_t *lo,
                  uint64_t *who);
 
 /* The keys of the live objects of a namespace whose origin event has c ==
- * origin_c and came at or after since_ns, sorted, into a malloc'd *out
- * the caller frees; returns how many (the ones cs_lc_report_live would
+ * origin_c and came at or after since_ns, sorted, into a cs_malloc'd *out
+ * the caller cs_frees; returns how many (the ones cs_lc_report_live would
  * judge). */
 size_t cs_lc_live_from(cs_lifecycle *lc, int ns, uint64_t origin_c, uint64_t since_ns,
                        uint64_t **out);
@@ -185,13 +185,13 @@ size_t cs_lc_live_from(cs_lifecycle *lc, int ns, uint64_t origin_c, uint64_t sin
  * that began then may still have to judge. A walk of the table, no
  * allocation. */
 size_t cs_lc_touched_since(cs_lifecycle *lc, uint64_t since_ns);
-/* Their keys in namespace ns, sorted, into a malloc'd *out the caller
- * frees; returns how many. */
+/* Their keys in namespace ns, sorted, into a cs_malloc'd *out the caller
+ * cs_frees; returns how many. */
 size_t cs_lc_touched_keys(cs_lifecycle *lc, int ns, uint64_t since_ns, uint64_t **out);
 
 /* API mode's scope end: the consumed, unreleased, unreported tensors whose
- * consume came at or after since_ns, sorted, into a malloc'd *out the
- * caller frees; returns how many. */
+ * consume came at or after since_ns, sorted, into a cs_malloc'd *out the
+ * caller cs_frees; returns how many. */
 size_t cs_lc_consumed_since(cs_lifecycle *lc, uint64_t since_ns, uint64_t **out);
 /* Report the consumed tensor `key` as a dlpack-leak now, with the live
  * NumPy blocks its data lies in as its indirect part. 1 if reported. */
@@ -204,12 +204,12 @@ size_t cs_lc_arrow_moved_since(cs_lifecycle *lc, uint64_t since_ns, uint64_t **o
 int cs_lc_report_arrow_leak(cs_lifecycle *lc, uint64_t key);
 
 /* The live, unreported objects of a namespace (what cs_lc_finish would
- * judge), sorted by address into a malloc'd *out the caller frees.
+ * judge), sorted by address into a cs_malloc'd *out the caller cs_frees.
  * Returns how many; 0 with *out == NULL when there are none. */
 size_t cs_lc_live_keys(cs_lifecycle *lc, int ns, uint64_t **out);
 /* Those whose latest event ran on one of the n threads (capsan's thread
  * numbers), with that thread: what a thread still running at exit may
- * hold. In no order, malloc'd as above. */
+ * hold. In no order, cs_malloc'd as above. */
 typedef struct cs_lc_held {
     uint64_t key;
     uint32_t thread;

@@ -12,9 +12,12 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "alloc.h"
+#include "sort.h"
+
 cs_lifecycle *cs_lc_create(cs_finding_cb cb, void *ud, int threadsafe)
 {
-    cs_lifecycle *lc = calloc(1, sizeof *lc);
+    cs_lifecycle *lc = cs_calloc(1, sizeof *lc);
     if (!lc)
         return NULL;
     lc->cb = cb;
@@ -41,16 +44,16 @@ void cs_lc_destroy(cs_lifecycle *lc)
     for (int i = 0; i < NSTRIPES; i++) {
         stripe *st = &lc->s[i];
         for (size_t j = 0; j < st->cap; j++)
-            free(st->tab[j].hist);
+            cs_free(st->tab[j].hist);
         while (st->free_hist) {
             cs_event *h = st->free_hist;
             st->free_hist = *(cs_event **)h;
-            free(h);
+            cs_free(h);
         }
-        free(st->tab);
+        cs_free(st->tab);
     }
-    free(lc->kept);
-    free(lc);
+    cs_free(lc->kept);
+    cs_free(lc);
 }
 
 /* ---- locking: elided while one thread judges alone ----
@@ -148,7 +151,7 @@ void cs_lc_unlock_all(cs_lifecycle *lc)
 static int ot_grow(stripe *st)
 {
     size_t ncap = st->cap ? st->cap * 2 : 64;
-    obj *nt = calloc(ncap, sizeof *nt);
+    obj *nt = cs_calloc(ncap, sizeof *nt);
     if (!nt)
         return -1;
     for (size_t j = 0; j < st->cap; j++) {
@@ -250,7 +253,7 @@ void ot_hist_add(stripe *st, obj *o, const cs_event *ev, judge *j)
         if (st->free_hist) {
             o->hist = st->free_hist;
             st->free_hist = *(cs_event **)o->hist;
-        } else if (!(o->hist = malloc(CAP * sizeof *o->hist))) {
+        } else if (!(o->hist = cs_malloc(CAP * sizeof *o->hist))) {
             return;
         }
     }
@@ -612,7 +615,7 @@ size_t ot_live_keys(cs_lifecycle *lc, int ns, int (*keep)(const obj *, void *), 
     filtered_keys f = {{NULL, 0, 0}, keep, ud};
     ot_each_live(lc, ns, collect_key, &f);
     if (f.l.n)
-        qsort(f.l.v, f.l.n, sizeof *f.l.v, ot_cmp_u64);
+        cs_sort(f.l.v, f.l.n, sizeof *f.l.v, ot_cmp_u64);
     *out = f.l.v;
     return f.l.n;
 }

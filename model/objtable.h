@@ -54,7 +54,7 @@ typedef struct obj {
     uint64_t capsule;  /* the exporting capsule */
     uint64_t data;     /* DLPack: dl_tensor.data as consumed (0 if not known) */
     uint64_t bytes;
-    cs_event *hist;    /* up to CS_FINDING_MAX_EVENTS - 1 events, malloc'd */
+    cs_event *hist;    /* up to CS_FINDING_MAX_EVENTS - 1 events, cs_malloc'd */
 } obj;
 
 typedef struct tomb {
@@ -181,7 +181,7 @@ void ot_unlock(cs_lifecycle *lc, stripe *st);
  * ns, its stripe locked */
 void ot_each_live(cs_lifecycle *lc, int ns, void (*fn)(cs_lifecycle *, obj *, void *), void *ud);
 /* The keys of namespace ns's consumed objects that keep(o, since_ns)
- * accepts, sorted, in *out (malloc'd; the caller frees it): a scope's
+ * accepts, sorted, in *out (cs_malloc'd; the caller cs_frees it): a scope's
  * leak candidates (verdicts.c) */
 size_t ot_owned_since(cs_lifecycle *lc, int ns, int (*keep)(const obj *o, uint64_t since_ns),
                       uint64_t since_ns, uint64_t **out);
@@ -191,7 +191,7 @@ int ot_room_for_one(void *v, size_t n, size_t *cap, size_t elem);
 /* qsort/bsearch order of uint64_t keys */
 int ot_cmp_u64(const void *a, const void *b);
 /* the keys of a namespace's live objects that keep(o, ud) accepts (all of
- * them when keep is NULL), sorted, into a malloc'd *out; returns how many */
+ * them when keep is NULL), sorted, into a cs_malloc'd *out; returns how many */
 size_t ot_live_keys(cs_lifecycle *lc, int ns, int (*keep)(const obj *, void *), void *ud,
                     uint64_t **out);
 

@@ -10,6 +10,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "alloc.h"
+
 #define KIND_ANY (-1)
 #define KIND_LEAKS (-2)
 #define SUPP_MAX_FRAMES 128
@@ -111,7 +113,7 @@ cs_suppressions *cs_supp_load(const char *path, char *err, size_t errlen)
         fclose(f);
         return NULL;
     }
-    cs_suppressions *s = calloc(1, sizeof *s);
+    cs_suppressions *s = cs_calloc(1, sizeof *s);
     size_t cap = 0;
     char *line = NULL;
     size_t linecap = 0;
@@ -152,7 +154,7 @@ cs_suppressions *cs_supp_load(const char *path, char *err, size_t errlen)
         }
         if (s->n == cap) {
             cap = cap ? cap * 2 : 16;
-            rule *r = realloc(s->rules, cap * sizeof *r);
+            rule *r = cs_realloc(s->rules, cap * sizeof *r);
             if (!r) {
                 snprintf(err, errlen, "%s: out of memory", path);
                 ok = 0;
@@ -163,12 +165,12 @@ cs_suppressions *cs_supp_load(const char *path, char *err, size_t errlen)
         rule *r = &s->rules[s->n];
         memset(r, 0, sizeof *r);
         r->kind = kind;
-        r->pattern = strdup(pat);
+        r->pattern = cs_strdup(pat);
         size_t tl = strlen(kname) + 1 + strlen(pat) + 1;
-        r->text = malloc(tl);
+        r->text = cs_malloc(tl);
         if (!r->pattern || !r->text) {
-            free(r->pattern);
-            free(r->text);
+            cs_free(r->pattern);
+            cs_free(r->text);
             snprintf(err, errlen, "%s: out of memory", path);
             ok = 0;
             break;
@@ -180,7 +182,7 @@ cs_suppressions *cs_supp_load(const char *path, char *err, size_t errlen)
         snprintf(err, errlen, "%s: cannot read suppressions: %s", path, strerror(errno));
         ok = 0;
     }
-    free(line);
+    free(line); /* getline's: malloc's */
     fclose(f);
     if (!ok) {
         if (!s)
@@ -196,11 +198,11 @@ void cs_supp_free(cs_suppressions *s)
     if (!s)
         return;
     for (size_t i = 0; i < s->n; i++) {
-        free(s->rules[i].pattern);
-        free(s->rules[i].text);
+        cs_free(s->rules[i].pattern);
+        cs_free(s->rules[i].text);
     }
-    free(s->rules);
-    free(s);
+    cs_free(s->rules);
+    cs_free(s);
 }
 
 static int rule_applies(const rule *r, int kind)

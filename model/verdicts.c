@@ -7,6 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "alloc.h"
+#include "sort.h"
+
 typedef struct live_report {
     uint64_t origin_c, since_ns;
     int n;
@@ -167,14 +170,14 @@ static void link_indirect(leak_ref *v, size_t nv)
     size_t nr = 0;
     for (size_t i = 0; i < nv; i++)
         nr += may_hold(&v[i]);
-    leak_ref **r = nr ? malloc(nr * sizeof *r) : NULL;
+    leak_ref **r = nr ? cs_malloc(nr * sizeof *r) : NULL;
     if (!r)
         return;
     nr = 0;
     for (size_t i = 0; i < nv; i++)
         if (may_hold(&v[i]))
             r[nr++] = &v[i];
-    qsort(r, nr, sizeof *r, cmp_root);
+    cs_sort(r, nr, sizeof *r, cmp_root);
     for (size_t i = 0; i < nv; i++) {
         if (v[i].ns != CS_NS_NUMPY)
             continue;
@@ -189,7 +192,7 @@ static void link_indirect(leak_ref *v, size_t nv)
         if (lo < nr && r[lo]->lo < v[i].hi)
             v[i].root = r[lo] - v;
     }
-    free(r);
+    cs_free(r);
 }
 
 /* A tensor's dlpack-leak, with what only it keeps alive (ind) */
@@ -294,7 +297,7 @@ int cs_lc_finish(cs_lifecycle *lc, int how)
         ot_unlock(lc, st);
     }
     if (nv)
-        qsort(v, nv, sizeof *v, cmp_leak);
+        cs_sort(v, nv, sizeof *v, cmp_leak);
     link_indirect(v, nv);
     int n = 0;
     for (size_t i = 0; i < nv; i++) {
@@ -337,7 +340,7 @@ int cs_lc_finish(cs_lifecycle *lc, int how)
         }
         ot_unlock(lc, st);
     }
-    free(v);
+    cs_free(v);
     return n;
 }
 
@@ -353,11 +356,11 @@ static int cmp_slot(const void *a, const void *b)
 
 int cs_lc_finish_killed(cs_lifecycle *lc, const cs_live_slot *slots, size_t n)
 {
-    cs_live_slot *v = n ? malloc(n * sizeof *v) : NULL;
+    cs_live_slot *v = n ? cs_malloc(n * sizeof *v) : NULL;
     if (!v)
         return 0;
     memcpy(v, slots, n * sizeof *v);
-    qsort(v, n, sizeof *v, cmp_slot); /* in the order they were made */
+    cs_sort(v, n, sizeof *v, cmp_slot); /* in the order they were made */
     int nrep = 0;
     for (size_t i = 0; i < n; i++) {
         const cs_live_slot *s = &v[i];
@@ -400,7 +403,7 @@ int cs_lc_finish_killed(cs_lifecycle *lc, const cs_live_slot *slots, size_t n)
         }
         ot_unlock(lc, st);
     }
-    free(v);
+    cs_free(v);
     return nrep;
 }
 
@@ -438,7 +441,7 @@ size_t ot_owned_since(cs_lifecycle *lc, int ns, int (*keep)(const obj *o, uint64
     since_list l = {since_ns, keep, NULL, 0, 0};
     ot_each_live(lc, ns, keep_since, &l);
     if (l.n)
-        qsort(l.v, l.n, sizeof *l.v, ot_cmp_u64);
+        cs_sort(l.v, l.n, sizeof *l.v, ot_cmp_u64);
     *out = l.v;
     return l.n;
 }
@@ -486,7 +489,7 @@ int cs_lc_report_dlpack_leak(cs_lifecycle *lc, uint64_t key)
         gather_indirect(lc, v, nv, 0, &ind);
     else
         memset(&ind, 0, sizeof ind);
-    free(v);
+    cs_free(v);
     ot_lock(lc, st);
     o = ot_find(st, key, CS_NS_DLPACK);
     int n = 0;

@@ -45,7 +45,8 @@ CAPSAN_API int capsan_preloaded(void);
 CAPSAN_API uint64_t capsan_findings_count(void);
 /* The findings after the first `since` ones, as a JSON array of the
  * contract's finding objects (kind, severity, message, object, bytes,
- * events with merged stacks). malloc'd: release with capsan_free. */
+ * events with merged stacks), from capsan's own heap: release it with
+ * capsan_free, never free(). */
 CAPSAN_API char *capsan_findings_json(uint64_t since);
 CAPSAN_API void capsan_free(void *p);
 

@@ -27,6 +27,7 @@
 #include "modules.h"
 #include "numpy.h"
 #include "options.h"
+#include "ownheap.h"
 #include "ending.h"
 #include "exitroots.h"
 #include "pyapi.h"
@@ -252,11 +253,13 @@ static void fork_prepare(void)
     cs_trace_fork_lock(1);
     cs_qr_fork_lock(1); /* held for no other lock */
     cs_thread_fork_lock(1); /* nor this one */
-    cs_di_fork_lock(1);     /* innermost: taken under a tensor's own lock */
+    cs_di_fork_lock(1);     /* taken under a tensor's own lock */
+    cs_oh_fork_lock(1);     /* innermost: blocks are allocated under the others */
 }
 
 static void fork_parent(void)
 {
+    cs_oh_fork_lock(0);
     cs_di_fork_lock(0);
     cs_thread_fork_lock(0);
     cs_qr_fork_lock(0);
@@ -269,6 +272,7 @@ static void fork_parent(void)
 
 static void fork_child(void)
 {
+    cs_oh_fork_lock(0);
     cs_di_fork_lock(0);
     cs_qr_fork_lock(0);
     cs_trace_fork_lock(0);

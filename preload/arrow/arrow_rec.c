@@ -7,6 +7,7 @@
 #include <sys/mman.h>
 
 #include "spin.h"
+#include "alloc.h"
 
 /* A released record is reused only after QUAR later ones: a stale copy of
  * its struct released late still finds it released. */
@@ -38,7 +39,7 @@ ar_rec *cs_ar_rec_alloc(int type)
         cs_spin_lock(&pool_mu);
         if (nchunks == capchunks) {
             size_t nc = capchunks ? capchunks * 2 : 16;
-            ar_rec **n = realloc(chunks, nc * sizeof *n);
+            ar_rec **n = cs_realloc(chunks, nc * sizeof *n);
             if (n) {
                 chunks = n;
                 capchunks = nc;
@@ -114,7 +115,7 @@ void cs_ar_ctab_put(PyObject_ *cap, ar_rec *r)
     cs_spin_lock(&ctab_mu);
     if ((cused + 1) * 2 > ccap) {
         size_t ncap = ccap ? ccap * 2 : 256;
-        capent *n = calloc(ncap, sizeof *n), *old = ctab;
+        capent *n = cs_calloc(ncap, sizeof *n), *old = ctab;
         size_t ocap = ccap;
         if (!n) {
             cs_spin_unlock(&ctab_mu);
@@ -126,7 +127,7 @@ void cs_ar_ctab_put(PyObject_ *cap, ar_rec *r)
         for (size_t i = 0; i < ocap; i++)
             if (old[i].cap)
                 ctab_put_locked(old[i].cap, old[i].rec);
-        free(old);
+        cs_free(old);
     }
     ctab_put_locked(cap, r);
     cs_spin_unlock(&ctab_mu);

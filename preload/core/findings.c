@@ -22,6 +22,7 @@
 #include "suppress.h"
 #include "tracefile.h"
 #include "growclean.h"
+#include "alloc.h"
 
 /* initial-exec: the default model would call __tls_get_addr per event */
 static __thread cs_finding *pending __attribute__((tls_model("initial-exec")));
@@ -264,7 +265,7 @@ static void flush(int grouped)
     cs_proc_info p = proc_info();
     cs_leak_groups groups = {0};
     pthread_mutex_lock(&print_mu);
-    unsigned char *sup = supp ? calloc(cs_findings_npending, 1) : NULL;
+    unsigned char *sup = supp ? cs_calloc(cs_findings_npending, 1) : NULL;
     if (sup)
         suppressed(pending, cs_findings_npending, sup);
     for (unsigned i = 0; i < cs_findings_npending; i++) {
@@ -308,9 +309,9 @@ static void flush(int grouped)
         cs_render_text_leak_group(&o, &p, v[i], &live_src);
         printed += v[i]->count;
     }
-    free(v);
+    cs_free(v);
     cs_lg_free(&groups);
-    free(sup);
+    cs_free(sup);
     pthread_mutex_unlock(&print_mu);
     cs_findings_npending = 0;
 }
@@ -387,7 +388,7 @@ static void out_mem(void *ud, const char *s, size_t n)
         size_t nc = m->cap ? m->cap * 2 : 4096;
         while (nc < m->n + n + 1)
             nc *= 2;
-        char *np = realloc(m->p, nc);
+        char *np = cs_realloc(m->p, nc);
         if (!np) {
             m->failed = 1;
             return;
@@ -413,10 +414,10 @@ char *capsan_findings_json(uint64_t since)
     pthread_mutex_unlock(&print_mu);
     out_mem(&m, "]", 1);
     if (m.failed) {
-        free(m.p);
+        cs_free(m.p);
         return NULL;
     }
     return m.p;
 }
 
-void capsan_free(void *p) { free(p); }
+void capsan_free(void *p) { cs_free(p); }

@@ -12,6 +12,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "alloc.h"
+
 typedef struct slot {
     uintptr_t addr;
     uintptr_t orig;
@@ -147,7 +149,7 @@ static void write_slot(patched *p, uintptr_t addr, uintptr_t val, uintptr_t relr
     uintptr_t page = addr & ~(uintptr_t)(pagesz - 1);
     if (ro && mprotect((void *)page, pagesz, PROT_READ | PROT_WRITE) != 0)
         return;
-    slot *ns = realloc(p->slots, (p->nslots + 1) * sizeof *ns);
+    slot *ns = cs_realloc(p->slots, (p->nslots + 1) * sizeof *ns);
     if (ns) {
         p->slots = ns;
         ns[p->nslots].addr = addr;
@@ -278,7 +280,7 @@ static int scan_cb(struct dl_phdr_info *info, size_t size, void *data)
         return 0;
     if (nobjs == capobjs) {
         unsigned ncap = capobjs ? capobjs * 2 : 256;
-        patched *n = realloc(objs, ncap * sizeof *n);
+        patched *n = cs_realloc(objs, ncap * sizeof *n);
         if (!n)
             return 0;
         objs = n;
@@ -329,7 +331,7 @@ void cs_got_forget_unloaded(void)
     dl_iterate_phdr(scan_cb, &c);
     for (unsigned i = 0; i < nobjs;) {
         if (!objs[i].seen) {
-            free(objs[i].slots);
+            cs_free(objs[i].slots);
             objs[i] = objs[--nobjs];
         } else {
             i++;
@@ -358,9 +360,9 @@ void cs_got_restore(void)
             if (p->slots[j].ro)
                 mprotect((void *)page, pagesz, PROT_READ);
         }
-        free(p->slots);
+        cs_free(p->slots);
     }
-    free(objs);
+    cs_free(objs);
     objs = NULL;
     nobjs = capobjs = 0;
     total_slots = 0;

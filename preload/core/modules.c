@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "tracefile.h"
+#include "alloc.h"
 
 typedef struct seen {
     uintptr_t base;
@@ -105,7 +106,7 @@ static int cb(struct dl_phdr_info *info, size_t size, void *data)
         return 0;
     if (!s && n == cap) {
         unsigned nc = cap ? cap * 2 : 256;
-        seen *t = realloc(tab, nc * sizeof *t);
+        seen *t = cs_realloc(tab, nc * sizeof *t);
         if (!t)
             return 0;
         tab = t;

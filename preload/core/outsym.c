@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "libpath.h"
+#include "alloc.h"
 
 #define MAX_ADDRS 512
 #define MAX_FRAMES 2048
@@ -29,13 +30,13 @@ struct cs_outsym {
     char *text; /* the child's output: the frames' strings point into it */
 };
 
-cs_outsym *cs_outsym_new(void) { return calloc(1, sizeof(cs_outsym)); }
+cs_outsym *cs_outsym_new(void) { return cs_calloc(1, sizeof(cs_outsym)); }
 
 void cs_outsym_free(cs_outsym *s)
 {
     if (s)
-        free(s->text);
-    free(s);
+        cs_free(s->text);
+    cs_free(s);
 }
 
 void cs_outsym_want(cs_outsym *s, uint64_t ip, const char *module, uint64_t offset)
@@ -66,10 +67,10 @@ static int write_all(int fd, const char *p, size_t n)
 static char *read_all(int fd)
 {
     size_t cap = 1 << 14, len = 0;
-    char *buf = malloc(cap);
+    char *buf = cs_malloc(cap);
     while (buf) {
         if (len + 1 == cap) {
-            char *nb = realloc(buf, cap * 2);
+            char *nb = cs_realloc(buf, cap * 2);
             if (!nb)
                 break;
             buf = nb;
@@ -84,7 +85,7 @@ static char *read_all(int fd)
         }
         len += (size_t)k;
     }
-    free(buf);
+    cs_free(buf);
     return NULL;
 }
 

@@ -12,6 +12,7 @@
 #include "spin.h"
 #include "stack.h"
 #include "tracefile.h"
+#include "alloc.h"
 
 __thread cs_thread *cs_thread_tls __attribute__((tls_model("initial-exec")));
 __thread unsigned cs_frees __attribute__((tls_model("initial-exec")));
@@ -57,7 +58,7 @@ static void thread_exit(void *p)
     cs_stack_cache_free(t->cache);
     t->cache = NULL;
     if (!abandoned)
-        free(t);
+        cs_free(t);
 }
 
 void cs_thread_init(void)
@@ -67,7 +68,7 @@ void cs_thread_init(void)
 
 cs_thread *cs_thread_make(void)
 {
-    cs_thread *t = calloc(1, sizeof *t);
+    cs_thread *t = cs_calloc(1, sizeof *t);
     if (!t)
         return NULL;
     t->num = atomic_fetch_add(&next_num, 1);

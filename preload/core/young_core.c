@@ -9,6 +9,7 @@
 #include <stdlib.h>
 
 #include "tracefile.h"
+#include "alloc.h"
 
 static young *all;
 static cs_spin all_mu = CS_SPIN_INIT;
@@ -48,7 +49,7 @@ young *cs_young_of(cs_thread *t)
 {
     if (t->young)
         return t->young;
-    young *y = calloc(1, sizeof *y);
+    young *y = cs_calloc(1, sizeof *y);
     if (!y)
         return NULL;
     cs_spin_lock(&all_mu);

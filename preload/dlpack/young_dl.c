@@ -29,6 +29,7 @@
 
 #include "tracefile.h"
 #include "young_int.h"
+#include "alloc.h"
 
 static cs_lifecycle *lc; /* the lifecycle tensors move to */
 static int enabled;
@@ -372,9 +373,9 @@ void cs_young_dl_totals(const young *y, cs_lc_totals *add, uint64_t *events)
 int cs_young_dl_init(cs_lifecycle *to)
 {
     size_t n = (size_t)1 << CS_LC_NP_LIVE_BITS;
-    if (!(cs_lc_dl_live = calloc(n, sizeof *cs_lc_dl_live)) ||
-        !(ylive = calloc(n, sizeof *ylive)) ||
-        !(cs_young_dl_held = calloc(n, sizeof *cs_young_dl_held)))
+    if (!(cs_lc_dl_live = cs_calloc(n, sizeof *cs_lc_dl_live)) ||
+        !(ylive = cs_calloc(n, sizeof *ylive)) ||
+        !(cs_young_dl_held = cs_calloc(n, sizeof *cs_young_dl_held)))
         return 0;
     lc = to;
     enabled = 1;

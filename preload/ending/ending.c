@@ -23,6 +23,7 @@
 #include "young.h"
 #include "growclean.h"
 #include "libpath.h"
+#include "alloc.h"
 
 static atomic_int stopped; /* cs_ending_stopped: capsan.stop() was called */
 
@@ -165,7 +166,7 @@ static int scope_leaks(uint64_t since_ns, int arrow)
         return 0;
     /* most tensors a scope consumed are released by its end: only the
      * rest costs a scan */
-    found_keys f = {keys, n, calloc(n, 1)};
+    found_keys f = {keys, n, cs_calloc(n, 1)};
     int reported = 0;
     if (f.found && cs_scan_process(keys, n, f.found, n, note_found, &f) == 0) {
         cs_thread *t = cs_thread_get();
@@ -182,7 +183,7 @@ static int scope_leaks(uint64_t since_ns, int arrow)
         cs_findings_flush();
     }
     cs_free_clean(keys, n * sizeof *keys);
-    free(f.found);
+    cs_free(f.found);
     return reported;
 }
 
@@ -195,7 +196,7 @@ static void scan_at_quick_exit(void)
     /* what a forked child inherited is not judged here: not looked for */
     size_t nn = cs_lc_quick_exit_candidates(cs_lc, CS_NS_NUMPY, &np);
     size_t nd = cs_lc_quick_exit_candidates(cs_lc, CS_NS_DLPACK, &dl);
-    uint64_t *keys = nn + nd ? malloc((nn + nd) * sizeof *keys) : NULL;
+    uint64_t *keys = nn + nd ? cs_malloc((nn + nd) * sizeof *keys) : NULL;
     if (keys) {
         /* one sorted list (both are sorted): one pass over memory */
         size_t i = 0, j = 0, k = 0;
@@ -212,9 +213,9 @@ static void scan_at_quick_exit(void)
         cs_free_clean(keys, k * sizeof *keys);
         keys = NULL;
     }
-    free(np);
-    free(dl);
-    free(keys);
+    cs_free(np);
+    cs_free(dl);
+    cs_free(keys);
 }
 
 /* At exit, daemon threads still run (frozen once the interpreter is
@@ -243,7 +244,7 @@ static void held_by_running_threads(void)
                            .obj = held[i].key, .b = held[i].thread};
             cs_emit(&ev, 0, NULL, NULL);
         }
-        free(held);
+        cs_free(held);
     }
     /* blocks and tensors those threads' frames reached at atexit, or a
      * module whose globals were never cleared, or a pyarrow buffer a module
@@ -264,7 +265,7 @@ static void held_by_running_threads(void)
                        .obj = reached[i].key, .a = reached[i].where, .b = reached[i].thread};
         cs_emit(&ev, 0, NULL, NULL);
     }
-    free(reached);
+    cs_free(reached);
 }
 
 /* keep_trace=findings: a process that ended normally with nothing to say

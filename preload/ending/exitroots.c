@@ -14,6 +14,7 @@
 #include "thread.h"
 #include "young.h"
 #include "growclean.h"
+#include "alloc.h"
 
 /* PyMethodDef */
 typedef struct method_def {
@@ -63,10 +64,10 @@ static size_t candidates(uint64_t **keys, uint8_t **ns)
     cs_young_flush(); /* the blocks still on their threads too */
     for (int s = 0; s < 3 && cs_lc && cs_recording; s++)
         total += len[s] = cs_lc_exit_candidates(cs_lc, spaces[s], &part[s]);
-    *keys = total ? malloc(total * sizeof **keys) : NULL;
-    *ns = *keys ? malloc(total) : NULL;
+    *keys = total ? cs_malloc(total * sizeof **keys) : NULL;
+    *ns = *keys ? cs_malloc(total) : NULL;
     if (!*ns) {
-        free(*keys);
+        cs_free(*keys);
         *keys = NULL;
     }
     /* the three sorted lists merged */
@@ -110,7 +111,7 @@ size_t cs_exitroots_held(cs_exit_held **out)
 {
     cs_spin_lock(&mu);
     size_t n = 0;
-    *out = nheld ? malloc(nheld * sizeof **out) : NULL;
+    *out = nheld ? cs_malloc(nheld * sizeof **out) : NULL;
     for (size_t i = 0; *out && i < nheld; i++) {
         (*out)[n] = held[i];
         /* reached from a module's globals that finalization did clear, yet
@@ -201,7 +202,7 @@ int cs_exitroots_running(uint32_t thread)
  * through its functions) */
 static void walk_threads(const wanted *w, PyObject_ *frames, PyObject_ *const *dicts, size_t nd)
 {
-    PyObject_ **roots = malloc((nd + 1) * sizeof *roots);
+    PyObject_ **roots = cs_malloc((nd + 1) * sizeof *roots);
     unsigned long me = cs_py.Thread_get_thread_ident();
     intptr_t pos = 0;
     PyObject_ *k, *f;
@@ -219,7 +220,7 @@ static void walk_threads(const wanted *w, PyObject_ *frames, PyObject_ *const *d
         }
         cs_py.DecRef(roots[0]);
     }
-    free(roots);
+    cs_free(roots);
 }
 
 /* The loaded modules' dicts, each with its witness (new references) */
@@ -248,7 +249,7 @@ static size_t module_dicts(PyObject_ ***out)
                                              witness_gone)
                          : NULL;
         if (w && cs_py.Dict_SetItemString(d, WITNESS, w) == 0 &&
-            (n < cap || (v = realloc(v, (cap = cap ? cap * 2 : 256) * sizeof *v)))) {
+            (n < cap || (v = cs_realloc(v, (cap = cap ? cap * 2 : 256) * sizeof *v)))) {
             nwitness++;
             v[n++] = d;
             d = NULL;
@@ -271,8 +272,8 @@ static size_t module_dicts(PyObject_ ***out)
  * block outlives the process though the program held it properly. */
 static void module_roots(const wanted *w, PyObject_ *const *dicts, size_t nd, uint32_t witness0)
 {
-    uint64_t *where = calloc(w->n, sizeof *where);
-    uint32_t *label = calloc(w->n, sizeof *label);
+    uint64_t *where = cs_calloc(w->n, sizeof *where);
+    uint32_t *label = cs_calloc(w->n, sizeof *label);
     if (where && label && nd && cs_pyreach(dicts, nd, nd, w->keys, w->n, w->found, where, label))
         for (size_t i = 0; i < w->n; i++) {
             if (w->found[i] == CS_REACH_ARROW)
@@ -280,8 +281,8 @@ static void module_roots(const wanted *w, PyObject_ *const *dicts, size_t nd, ui
             else if (w->found[i] == CS_REACH_OBJECT)
                 note_in(w->keys[i], w->ns[i], 0, 0, CS_WHERE_MODULE_KEPT, witness0 + label[i]);
         }
-    free(label);
-    free(where);
+    cs_free(label);
+    cs_free(where);
 }
 
 static PyObject_ *at_exit(PyObject_ *self, PyObject_ *unused)
@@ -297,9 +298,9 @@ static PyObject_ *at_exit(PyObject_ *self, PyObject_ *unused)
     wanted w = {0};
     /* only what an exit would judge is looked for: none, no walk */
     w.n = candidates(&w.keys, &w.ns);
-    w.found = w.n ? malloc(w.n) : NULL;
+    w.found = w.n ? cs_malloc(w.n) : NULL;
     if (!cleared)
-        cleared = calloc(MAX_MODULES, 1);
+        cleared = cs_calloc(MAX_MODULES, 1);
     if (w.found && cleared) {
         PyObject_ **dicts = NULL;
         size_t nd = module_dicts(&dicts);
@@ -309,10 +310,10 @@ static PyObject_ *at_exit(PyObject_ *self, PyObject_ *unused)
         module_roots(&w, dicts, nd, witness0);
         for (size_t i = 0; i < nd; i++)
             cs_py.DecRef(dicts[i]);
-        free(dicts);
+        cs_free(dicts);
     }
     cs_free_clean(w.keys, w.n * sizeof *w.keys); /* no stale copy of a key */
-    free(w.ns), free(w.found);
+    cs_free(w.ns), cs_free(w.found);
     cs_py_xdecref(frames);
     cs_py.Err_Clear(); /* atexit gets None, never an error of capsan's */
     if (t)

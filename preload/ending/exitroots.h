@@ -45,7 +45,7 @@ typedef struct cs_exit_held {
 int cs_exitroots_running(uint32_t thread);
 
 /* What was found and still holds at exit (a module's globals: never
- * cleared); malloc'd, the caller frees; returns how many. */
+ * cleared); cs_malloc'd, the caller cs_frees; returns how many. */
 size_t cs_exitroots_held(cs_exit_held **out);
 
 #endif

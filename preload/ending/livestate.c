@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "tracefile.h"
+#include "alloc.h"
 
 #define SLOTS_PER_REC 128
 #define MAX_RECS 4096 /* per pool: 512 Ki live objects each; then no slot */
@@ -43,7 +44,7 @@ static int grow(pool *pl)
         return -1;
     if (pl->nrecs == pl->caprecs) {
         uint32_t cap = pl->caprecs ? pl->caprecs * 2 : 4;
-        cs_live_slot **r = realloc(pl->recs, cap * sizeof *r);
+        cs_live_slot **r = cs_realloc(pl->recs, cap * sizeof *r);
         if (!r)
             return -1;
         pl->recs = r;
@@ -91,7 +92,7 @@ uint32_t cs_live_put(unsigned p, const cs_event *origin, uint64_t bytes)
     if (p >= CS_LIVE_POOLS || cs_live_replaying || !cs_trace_started())
         return 0;
     pool *pl = pools[p];
-    if (!pl && !(pl = pools[p] = calloc(1, sizeof *pl)))
+    if (!pl && !(pl = pools[p] = cs_calloc(1, sizeof *pl)))
         return 0;
     if (pl->gen != cs_trace_gen()) { /* a new file (a forked child): start over */
         pl->nrecs = 0;

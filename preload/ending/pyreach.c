@@ -14,6 +14,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "alloc.h"
+#include "sort.h"
+
 typedef int (*visitproc_)(PyObject_ *, void *);
 
 /* PyTypeObject up to tp_is_gc (tp_vectorcall_offset took tp_print's
@@ -87,7 +90,7 @@ static size_t slot_of(uintptr_t p, size_t cap)
 static int grow_seen(walk *w)
 {
     size_t cap = w->capseen ? w->capseen * 2 : 1u << 14;
-    uintptr_t *t = calloc(cap, sizeof *t);
+    uintptr_t *t = cs_calloc(cap, sizeof *t);
     if (!t)
         return 0;
     for (size_t i = 0; i < w->capseen; i++)
@@ -97,7 +100,7 @@ static int grow_seen(walk *w)
                 j = (j + 1) & (cap - 1);
             t[j] = w->seen[i];
         }
-    free(w->seen);
+    cs_free(w->seen);
     w->seen = t;
     w->capseen = cap;
     return 1;
@@ -107,7 +110,7 @@ static int push(walk *w, PyObject_ *o)
 {
     if (w->ntodo == w->captodo) {
         size_t cap = w->captodo ? w->captodo * 2 : 4096;
-        PyObject_ **t = realloc(w->todo, cap * sizeof *t);
+        PyObject_ **t = cs_realloc(w->todo, cap * sizeof *t);
         if (!t)
             return w->oom = 1, 0;
         w->todo = t;
@@ -220,7 +223,7 @@ static void keep_held(held_list *l, PyObject_ *o, uint32_t root, uint8_t lib)
 {
     if (l->n == l->cap) {
         size_t cap = l->cap ? l->cap * 2 : 64;
-        held_obj *v = l->n < MAX_HELD_OBJECTS ? realloc(l->v, cap * sizeof *v) : NULL;
+        held_obj *v = l->n < MAX_HELD_OBJECTS ? cs_realloc(l->v, cap * sizeof *v) : NULL;
         if (!v)
             return;
         l->v = v, l->cap = cap;
@@ -296,26 +299,26 @@ static void on_address(uint64_t a, void *ud)
 static void match_held(held_list *l, const uint64_t *want, size_t n, uint8_t *found,
                        uint64_t *where, uint32_t *label)
 {
-    uint64_t *lo = l->n ? calloc(n, sizeof *lo) : NULL, *hi = lo ? calloc(n, sizeof *hi) : NULL;
-    uint64_t *who = hi ? calloc(n, sizeof *who) : NULL;
-    size_t *by = who ? malloc(n * sizeof *by) : NULL;
+    uint64_t *lo = l->n ? cs_calloc(n, sizeof *lo) : NULL, *hi = lo ? cs_calloc(n, sizeof *hi) : NULL;
+    uint64_t *who = hi ? cs_calloc(n, sizeof *who) : NULL;
+    size_t *by = who ? cs_malloc(n * sizeof *by) : NULL;
     if (by && cs_lc) {
         cs_young_flush(); /* the blocks still on their threads too */
         cs_lc_spans(cs_lc, want, n, lo, hi, who);
         for (size_t i = 0; i < n; i++)
             by[i] = i;
         sort_lo = lo; /* GIL held: one walk at a time */
-        qsort(by, n, sizeof *by, cmp_by_lo);
+        cs_sort(by, n, sizeof *by, cmp_by_lo);
         matcher m = {lo, hi, who, &l->libs, by, n, found, where, label, NULL};
         for (size_t i = 0; i < l->n; i++) {
             m.cur = &l->v[i];
             cs_heldmem_addresses(l->v[i].o, (cs_held_lib)l->v[i].lib, on_address, &m);
         }
     }
-    free(by), free(who), free(hi), free(lo);
+    cs_free(by), cs_free(who), cs_free(hi), cs_free(lo);
     for (size_t i = 0; i < l->n; i++)
         cs_py.DecRef(l->v[i].o);
-    free(l->v);
+    cs_free(l->v);
 }
 
 size_t cs_pyreach(PyObject_ *const *roots, size_t nroots, size_t nwalk, const uint64_t *want,
@@ -386,8 +389,8 @@ size_t cs_pyreach(PyObject_ *const *roots, size_t nroots, size_t nwalk, const ui
                 tp->tp_traverse(o, visit, &w);
         }
     }
-    free(w.todo);
-    free(w.seen);
+    cs_free(w.todo);
+    cs_free(w.seen);
     match_held(&held, want, n, found, where, label);
     for (size_t i = got = 0; i < n; i++)
         got += found[i] != CS_REACH_NONE;

@@ -16,6 +16,9 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include "alloc.h"
+#include "sort.h"
+
 typedef struct range {
     uintptr_t lo, hi;
 } range;
@@ -45,18 +48,18 @@ struct cs_reach {
 
 cs_reach *cs_reach_new(const uint64_t *keys, size_t n)
 {
-    cs_reach *r = calloc(1, sizeof *r);
+    cs_reach *r = cs_calloc(1, sizeof *r);
     if (!r)
         return NULL;
     r->keys = keys;
     r->n = n;
-    if (!(r->seen = calloc(n ? n : 1, 1))) {
-        free(r);
+    if (!(r->seen = cs_calloc(n ? n : 1, 1))) {
+        cs_free(r);
         return NULL;
     }
-    if (!(r->buf = malloc(WIN))) {
-        free(r->seen);
-        free(r);
+    if (!(r->buf = cs_malloc(WIN))) {
+        cs_free(r->seen);
+        cs_free(r);
         return NULL;
     }
     cs_reach_own(r, keys, n * sizeof *keys);
@@ -74,7 +77,7 @@ void cs_reach_own(void *reach, const void *p, size_t n)
         return;
     if (r->nown == r->capown) {
         size_t nc = r->capown ? r->capown * 2 : 256;
-        range *o = realloc(r->own, nc * sizeof *o);
+        range *o = cs_realloc(r->own, nc * sizeof *o);
         if (!o) {
             r->oom = 1; /* then nothing is judged unreachable (cs_reach_run) */
             return;
@@ -276,12 +279,12 @@ static char *read_maps(void)
     if (fd < 0)
         return NULL;
     size_t cap = 1 << 16, len = 0;
-    char *buf = malloc(cap);
+    char *buf = cs_malloc(cap);
     while (buf) {
         if (len + 1 == cap) {
-            char *nb = realloc(buf, cap * 2);
+            char *nb = cs_realloc(buf, cap * 2);
             if (!nb) {
-                free(buf);
+                cs_free(buf);
                 buf = NULL;
                 break;
             }
@@ -336,7 +339,7 @@ size_t cs_reach_run(cs_reach *r, cs_root_cb cb, void *ud)
     cs_reach_own(r, r->own, 1);
     r->nown--;
     cs_reach_own(r, r->own, r->capown * sizeof *r->own);
-    qsort(r->own, r->nown, sizeof *r->own, cmp_range);
+    cs_sort(r->own, r->nown, sizeof *r->own, cmp_range);
     uintptr_t sp = (uintptr_t)__builtin_frame_address(0);
     size_t cur = 0;
     for (char *line = maps; *line;) {
@@ -379,10 +382,10 @@ size_t cs_reach_run(cs_reach *r, cs_root_cb cb, void *ud)
     for (size_t i = 0; i < r->n; i++)
         hits += r->seen[i];
 out:
-    free(maps);
-    free(r->own);
-    free(r->seen);
-    free(r->buf);
-    free(r);
+    cs_free(maps);
+    cs_free(r->own);
+    cs_free(r->seen);
+    cs_free(r->buf);
+    cs_free(r);
     return hits;
 }

@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "alloc.h"
+
 typedef struct scan {
     const uint64_t *keys;
     size_t n;
@@ -53,7 +55,7 @@ size_t cs_roots_scan(const uint64_t *keys, size_t n, cs_root_cb cb, void *ud)
 {
     if (!n)
         return 0;
-    scan s = {.keys = keys, .n = n, .seen = calloc(n, 1), .cb = cb, .ud = ud};
+    scan s = {.keys = keys, .n = n, .seen = cs_calloc(n, 1), .cb = cb, .ud = ud};
     if (!s.seen)
         return 0;
     Dl_info di;
@@ -63,6 +65,6 @@ size_t cs_roots_scan(const uint64_t *keys, size_t n, cs_root_cb cb, void *ud)
     size_t hits = 0;
     for (size_t i = 0; i < n; i++)
         hits += s.seen[i];
-    free(s.seen);
+    cs_free(s.seen);
     return hits;
 }

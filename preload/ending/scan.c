@@ -3,6 +3,7 @@
 
 #include "arrow.h"
 #include "dataindex.h"
+#include "ownheap.h"
 #include "quarantine.h"
 #include "reach.h"
 #include "runtime.h"
@@ -15,6 +16,7 @@ int cs_scan_process(const uint64_t *keys, size_t n, const void *also, size_t als
     if (!r)
         return -1;
     cs_reach_own(r, also, also_n);
+    cs_oh_own_memory(cs_reach_own, r); /* all of capsan's own blocks */
     cs_lc_own_memory(cs_lc, cs_reach_own, r);
     cs_young_own_memory(cs_reach_own, r);
     cs_findings_own_memory(cs_reach_own, r);

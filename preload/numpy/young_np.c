@@ -31,6 +31,7 @@
 #include "tracefile.h"
 #include "young_int.h"
 #include "growclean.h"
+#include "alloc.h"
 
 static cs_lifecycle *lc; /* the lifecycle the blocks move to */
 static int enabled;
@@ -301,7 +302,7 @@ void cs_young_init(cs_lifecycle *to)
     if (cs_opt.record_all || !to)
         return;
     lc = to;
-    if (!(cs_lc_np_live = calloc((size_t)1 << CS_LC_NP_LIVE_BITS, sizeof *cs_lc_np_live)) ||
+    if (!(cs_lc_np_live = cs_calloc((size_t)1 << CS_LC_NP_LIVE_BITS, sizeof *cs_lc_np_live)) ||
         !cs_young_dl_init(to))
         return;
     cs_lc_outside = outside;

@@ -18,6 +18,7 @@
 
 #include "spin.h"
 #include "tracefile.h"
+#include "alloc.h"
 
 static cs_spin code_mu = CS_SPIN_INIT;
 static code_obj **code_keys;   /* open addressing; strong refs unless weak */
@@ -50,7 +51,7 @@ void code_write(uint32_t id)
 static char *utf8_copy(PyObject_ *s)
 {
     const char *u = s ? cs_py.Unicode_AsUTF8(s) : NULL;
-    return strdup(u ? u : "?");
+    return cs_strdup(u ? u : "?");
 }
 
 /* the entry still describes the code object at its address */
@@ -68,11 +69,11 @@ static size_t code_slot(const code_obj *co)
 {
     if ((code_used + 1) * 2 > code_cap) {
         size_t ncap = code_cap ? code_cap * 2 : 1024;
-        code_obj **nk = calloc(ncap, sizeof *nk);
-        uint32_t *nv = calloc(ncap, sizeof *nv);
+        code_obj **nk = cs_calloc(ncap, sizeof *nk);
+        uint32_t *nv = cs_calloc(ncap, sizeof *nv);
         if (!nk || !nv) {
-            free(nk);
-            free(nv);
+            cs_free(nk);
+            cs_free(nv);
             if (code_used + 1 >= code_cap)
                 return SIZE_MAX;
         } else {
@@ -85,8 +86,8 @@ static size_t code_slot(const code_obj *co)
                 nk[i] = code_keys[j];
                 nv[i] = code_vals[j];
             }
-            free(code_keys);
-            free(code_vals);
+            cs_free(code_keys);
+            cs_free(code_vals);
             code_keys = nk;
             code_vals = nv;
             code_cap = ncap;
@@ -106,7 +107,7 @@ static uint32_t code_new(code_obj *co, size_t i, char *file, char *name, int wea
     if ((id >> 10) >= 4096 || !file || !name)
         goto fail;
     if (!atomic_load(&code_tab[id >> 10])) {
-        code_info *chunk = calloc(1024, sizeof *chunk);
+        code_info *chunk = cs_calloc(1024, sizeof *chunk);
         if (!chunk)
             goto fail;
         atomic_store(&code_tab[id >> 10], chunk);
@@ -126,8 +127,8 @@ static uint32_t code_new(code_obj *co, size_t i, char *file, char *name, int wea
     atomic_store_explicit(&code_count, id, memory_order_release);
     return id;
 fail:
-    free(file);
-    free(name);
+    cs_free(file);
+    cs_free(name);
     return 0;
 }
 
@@ -170,7 +171,7 @@ uint32_t code_id(code_obj *co, int gil)
         const char *file = ascii_in_place(AT(co, l->co_filename, const void *));
         const char *name = ascii_in_place(AT(co, l->co_name, const void *));
         if (file && name)
-            id = code_new(co, i, strdup(file), strdup(name), 1);
+            id = code_new(co, i, cs_strdup(file), cs_strdup(name), 1);
     }
 out:
     cs_spin_unlock(&code_mu);

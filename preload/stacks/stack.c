@@ -15,6 +15,7 @@
 
 #include "options.h"
 #include "tracefile.h"
+#include "alloc.h"
 
 /* a hook's own slot, for the next capture (stack.h) */
 __thread const uintptr_t *cs_stack_hint __attribute__((tls_model("initial-exec")));
@@ -35,7 +36,7 @@ void cs_stack_init(const void *self)
 static memo_frames *frames_at(memo_frames **slot, int make)
 {
     if (!*slot && make)
-        *slot = malloc(sizeof **slot);
+        *slot = cs_malloc(sizeof **slot);
     return *slot;
 }
 

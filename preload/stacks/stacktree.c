@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "tracefile.h"
+#include "alloc.h"
 
 typedef struct node {
     uint32_t parent;
@@ -47,7 +48,7 @@ static uint32_t node_get(uint32_t parent, uint64_t value)
 {
     if ((node_count + 1) * 2 > map_cap) {
         size_t ncap = map_cap ? map_cap * 2 : 4096;
-        uint32_t *nm = calloc(ncap, sizeof *nm);
+        uint32_t *nm = cs_calloc(ncap, sizeof *nm);
         if (!nm)
             return 0;
         for (size_t j = 0; j < map_cap; j++) {
@@ -60,7 +61,7 @@ static uint32_t node_get(uint32_t parent, uint64_t value)
                 i = (i + 1) & (ncap - 1);
             nm[i] = id;
         }
-        free(map_ids);
+        cs_free(map_ids);
         map_ids = nm;
         map_cap = ncap;
     }
@@ -74,7 +75,7 @@ static uint32_t node_get(uint32_t parent, uint64_t value)
     if (id / NCHUNK >= 4096)
         return 0;
     if (!atomic_load(&node_tab[id / NCHUNK])) {
-        node *chunk = calloc(NCHUNK, sizeof *chunk);
+        node *chunk = cs_calloc(NCHUNK, sizeof *chunk);
         if (!chunk)
             return 0;
         atomic_store(&node_tab[id / NCHUNK], chunk);
