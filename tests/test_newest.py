@@ -329,3 +329,15 @@ def test_pyarrow_capsule_interface_suite_on_314(tmp_path, mode):
         assert not [t for t in plugin["tests"] if t["findings"]], cp.describe
         ncp, _, _ = run("native", tmp_path / "native")
         assert counts(ncp.stdout) == c, (counts(ncp.stdout), c)
+
+
+@pytest.mark.parametrize("tag", NEWEST_TAGS)
+def test_double_free_never_crashes_capsan_on_the_newest(tmp_path, tag):
+    """make demo's program without protect=1 (the second free really
+    happens) on each newest interpreter: under Debian unstable's glibc 2.43
+    capsan's exit handler once died in 5 runs of 5 (its tables shared
+    glibc's heap with the program's freed blocks). CAPSAN_HEAP_RUNS runs."""
+    from test_own_heap import DEMO, RUNS, judge_demo_run
+    n = newest_python(tag)
+    for i in range(RUNS):
+        judge_demo_run(run_newest(n, DEMO, tmp_path / f"run{i}"), i)

@@ -33,6 +33,33 @@ def innermost_crash_frame(stderr: str) -> str:
     return stderr.split(head, 1)[1].split("\n", 1)[0] if head in stderr else ""
 
 
+def judge_demo_run(res, i) -> str:
+    """One capsan run of the demo: "exit" or "abort" (the program's own),
+    never a crash of capsan's."""
+    why = f"run {i}:\n{res.describe()}"
+    # capsan's exit handler, verdicts and reports never crash
+    assert not is_signal(res.returncode, signal.SIGSEGV), why
+    assert "libcapsan.so" not in innermost_crash_frame(res.stderr), why
+    # the double delete is reported, live and in the trace, every time
+    assert "ERROR: capsan: dlpack-double-delete" in res.stderr, why
+    assert [f["kind"] for f in findings(res.report)] == ["dlpack-double-delete"], why
+    p = process_of(res.report)
+    if res.returncode == DEFAULT_EXITCODE:
+        # the program reached its end: capsan's verdict at exit
+        assert p["ended"] == "exit" and "sum of the batch" in res.stdout, why
+        outcome = "exit"
+    else:
+        # glibc aborted in the program's own second free(), and capsan
+        # recorded the crash
+        assert is_signal(res.returncode, signal.SIGABRT), why
+        assert "double free" in res.stderr, why
+        assert "finding(s) reported before the crash" in res.stderr, why
+        assert "Python stack of the crashing thread" in res.stderr, why
+        assert p["ended"] == "signal" and p["status"] == signal.SIGABRT, why
+        outcome = "abort"
+    return outcome
+
+
 def test_double_free_never_crashes_capsan(tmp_path):
     native = run_plain(DEMO)
     assert is_signal(native.returncode, signal.SIGABRT), (native.returncode, native.stderr)
@@ -40,28 +67,7 @@ def test_double_free_never_crashes_capsan(tmp_path):
     for i in range(RUNS):
         d = tmp_path / f"run{i}"
         d.mkdir()
-        res = run_capsan(DEMO, d)
-        why = f"run {i}:\n{res.describe()}"
-        # capsan's exit handler, verdicts and reports never crash
-        assert not is_signal(res.returncode, signal.SIGSEGV), why
-        assert "libcapsan.so" not in innermost_crash_frame(res.stderr), why
-        # the double delete is reported, live and in the trace, every time
-        assert "ERROR: capsan: dlpack-double-delete" in res.stderr, why
-        assert [f["kind"] for f in findings(res.report)] == ["dlpack-double-delete"], why
-        p = process_of(res.report)
-        if res.returncode == DEFAULT_EXITCODE:
-            # the program reached its end: capsan's verdict at exit
-            assert p["ended"] == "exit" and "sum of the batch" in res.stdout, why
-            outcome = "exit"
-        else:
-            # glibc aborted in the program's own second free(), and capsan
-            # recorded the crash
-            assert is_signal(res.returncode, signal.SIGABRT), why
-            assert "double free" in res.stderr, why
-            assert "finding(s) reported before the crash" in res.stderr, why
-            assert "Python stack of the crashing thread" in res.stderr, why
-            assert p["ended"] == "signal" and p["status"] == signal.SIGABRT, why
-            outcome = "abort"
+        outcome = judge_demo_run(run_capsan(DEMO, d), i)
         outcomes[outcome] = outcomes.get(outcome, 0) + 1
     print(f"{RUNS} runs: {outcomes}")
 
