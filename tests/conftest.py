@@ -319,9 +319,16 @@ def run_capsan(script, tmp: Path, *, options=None, interpreter=STATIC_PY, mode: 
         e["CAPSAN_OPTIONS"] = ":".join([f"log_path={prefix}", "keep_trace=always", *opts])
     else:
         raise ValueError(mode)
-    cp = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=e,
-                        stdin=stdin if stdin is not None else subprocess.DEVNULL,
-                        preexec_fn=no_core)
+    return run_and_read(cmd, tmp, env=e, timeout=timeout,
+                        stdin=stdin if stdin is not None else subprocess.DEVNULL)
+
+
+def run_and_read(cmd: list, tmp: Path, *, env: dict, timeout: int, stdin=subprocess.DEVNULL,
+                 cwd=None) -> Result:
+    """Run cmd, then replay every trace TMP/t.PID it left with `capsan
+    report --format json`."""
+    cp = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env,
+                        stdin=stdin, preexec_fn=no_core, cwd=cwd)
     traces = trace_files(tmp)
     report, rep_err = None, ""
     if traces:
@@ -359,14 +366,7 @@ def run_newest(n: Newest, script, tmp: Path, *, options=None, mode: str = "run",
     else:
         raise ValueError(mode)
     cmd, e = n.command(cmd, e, tmp)
-    cp = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=e,
-                        stdin=subprocess.DEVNULL, preexec_fn=no_core, cwd=str(tmp))
-    traces = trace_files(tmp)
-    report, rep_err = None, ""
-    if traces:
-        rcp, report = capsan_report(traces)
-        rep_err = rcp.stderr
-    return Result(cp.returncode, cp.stdout, cp.stderr, report, traces, cmd, rep_err)
+    return run_and_read(cmd, tmp, env=e, timeout=timeout, cwd=str(tmp))
 
 
 def run_plain(script, *, interpreter=STATIC_PY, args=(), env=None, timeout: int = TIMEOUT):

@@ -3,23 +3,7 @@
  * is not an address faults nothing. */
 #include "ftdead.h"
 
-#include <sys/uio.h>
-#include <unistd.h>
-
-static int read_word(uintptr_t a, uint64_t *v)
-{
-    struct iovec local = {v, sizeof *v}, remote = {(void *)a, sizeof *v};
-    return a && !(a & 7) && process_vm_readv(getpid(), &local, 1, &remote, 1, 0) == sizeof *v;
-}
-
-/* t is a type object: its type is `type`, or a metaclass whose type is */
-static int is_type(uint64_t t, uintptr_t type_type, size_t ob_type_off)
-{
-    uint64_t mt, mmt;
-    if (!read_word(t + ob_type_off, &mt))
-        return 0;
-    return mt == type_type || (read_word(mt + ob_type_off, &mmt) && mmt == type_type);
-}
+#include "peek.h"
 
 int cs_ft_word_in_dead_object(const uint64_t *w, size_t k, uintptr_t type_type,
                               size_t ob_type_off)
@@ -32,14 +16,14 @@ int cs_ft_word_in_dead_object(const uint64_t *w, size_t k, uintptr_t type_type,
     for (size_t back = tw + 1; back <= k && back <= CS_FTDEAD_BACK; back++) {
         size_t s = k - back; /* a candidate head's first word */
         uint64_t tp = w[s + tw];
-        if (!tp || (tp & 7) || !is_type(tp, type_type, ob_type_off))
+        if (!tp || (tp & 7) || !cs_peek_is_type(tp, type_type, ob_type_off))
             continue;
         /* the nearest head: the hit is inside this object or in none */
         uint64_t basic, item;
         /* PyTypeObject after its (variable) head: ob_size, tp_name,
          * tp_basicsize, tp_itemsize */
-        if (!read_word(tp + ob_type_off + 8 + 8 + 8, &basic) ||
-            !read_word(tp + ob_type_off + 8 + 8 + 16, &item))
+        if (!cs_peek_word(tp + ob_type_off + 8 + 8 + 8, &basic) ||
+            !cs_peek_word(tp + ob_type_off + 8 + 8 + 16, &item))
             return 0;
         if (item != 0 || basic < ob_type_off + 8 || back * 8 >= basic)
             return 0; /* a variable-size object, or the hit lies past it */

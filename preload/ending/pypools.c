@@ -3,9 +3,9 @@
  * address faults nothing. */
 #include "pypools.h"
 
+#include "peek.h"
+
 #include <string.h>
-#include <sys/uio.h>
-#include <unistd.h>
 
 /* struct pool_header of obmalloc.c (3.10-3.13), 48 bytes */
 #define OVERHEAD 48u
@@ -63,21 +63,6 @@ int cs_pool_parse(const unsigned char *copy, uintptr_t at, cs_pool *out)
     return 1;
 }
 
-static int read_word(uintptr_t a, uint64_t *v)
-{
-    struct iovec local = {v, sizeof *v}, remote = {(void *)a, sizeof *v};
-    return a && !(a & 7) && process_vm_readv(getpid(), &local, 1, &remote, 1, 0) == sizeof *v;
-}
-
-/* t is a type object: its type is `type`, or a metaclass whose type is */
-static int is_type(uint64_t t, uintptr_t type_type)
-{
-    uint64_t mt, mmt;
-    if (!read_word(t + 8, &mt))
-        return 0;
-    return mt == type_type || (read_word(mt + 8, &mmt) && mmt == type_type);
-}
-
 int cs_pool_block_dead(const uint64_t *w, size_t nwords, uintptr_t type_type)
 {
     if (!type_type)
@@ -87,7 +72,7 @@ int cs_pool_block_dead(const uint64_t *w, size_t nwords, uintptr_t type_type)
      * says where the object's head is (a live object's field may be 0 and
      * the next one a type) */
     for (size_t i = 0; i <= 4 && i + 1 < nwords; i += 2)
-        if (w[i + 1] && is_type(w[i + 1], type_type))
+        if (w[i + 1] && cs_peek_is_type(w[i + 1], type_type, 8))
             return w[i] == 0;
     return 0;
 }
