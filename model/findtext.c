@@ -444,6 +444,11 @@ const char *cs_finding_message(const cs_finding *f, char *buf, size_t n)
                      "re-exported the same buffer starting at data, %llu bytes before the first "
                      "element, so whoever reads the new tensor gets the wrong elements", t, p,
                      (unsigned long long)f->value, (unsigned long long)f->value);
+        else if (f->detail == 2)
+            snprintf(buf, n, "%s 0x%llx has byte_offset %llu, but its consumer ignored it: the "
+                     "array it made of it starts at data, %llu bytes before the first element "
+                     "(its __array_interface__ says so), so it reads the wrong elements", t, p,
+                     (unsigned long long)f->value, (unsigned long long)f->value);
         else
             snprintf(buf, n, "%s 0x%llx has byte_offset %llu but was consumed by a consumer that "
                      "ignores byte_offset (torch): it reads the wrong elements", t, p,

@@ -94,7 +94,8 @@ static unsigned on_own(cs_lifecycle *lc, stripe *st, obj *o, const cs_event *ev,
 
 /* R7: the consumer renames the capsule used_* and owns the tensor;
  * consuming it again, or after its release, is dlpack-reconsume. R17:
- * torch before 2.13 ignores byte_offset. */
+ * torch before 2.13 ignores byte_offset, and so does a consumer whose own
+ * array starts at data (detail 2). */
 static unsigned on_consume(cs_lifecycle *lc, stripe *st, obj *o, const cs_event *ev, judge *j)
 {
     if (!o)
@@ -126,7 +127,8 @@ static unsigned on_consume(cs_lifecycle *lc, stripe *st, obj *o, const cs_event 
         cs_lc_live_consumed(o->slot, ev->stack);
     ot_hist_add(st, o, ev, j);
     if (ev->flags & CS_EVF_OFFSET_IGNORED)
-        ot_report(lc, j, CS_KIND_DLPACK_BYTE_OFFSET_IGNORED, o, NULL, 0, ev->c);
+        ot_report(lc, j, CS_KIND_DLPACK_BYTE_OFFSET_IGNORED, o, NULL,
+                  (ev->aux & CS_CONSUME_VIEW_SEEN) ? 2 : 0, ev->c);
     return 0;
 }
 

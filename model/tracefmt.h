@@ -358,6 +358,9 @@ enum cs_nogil { CS_NOGIL_CAPSULE = 1, CS_NOGIL_HANDLER = 2, CS_NOGIL_IN_DELETER 
 #define CS_DLV_VERSIONED 1u
 #define CS_CONSUME_WRONG_NAME 2u /* CONSUME only: renamed to the other version's used_* name
                                   * (a dltensor_versioned capsule used_dltensor, or back) */
+#define CS_CONSUME_VIEW_SEEN 4u /* CONSUME only, with CS_EVF_OFFSET_IGNORED: the array the
+                                 * consumer made starts at data (consumer_view.c), not its
+                                 * version told */
 /* an EXPORT through the exchange API: the birth of an owned tensor (it is
  * consumed from the start), a struct its caller handed to to_py (HANDED:
  * to_py took it; else the call failed and the caller still owns it), or a

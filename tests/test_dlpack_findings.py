@@ -404,6 +404,32 @@ def test_byte_offset_kept_by_reexport_is_clean(tmp_path, anypy):
     assert findings(res.report) == [], res.describe()
 
 
+def test_byte_offset_ignored_by_a_python_consumer(tmp_path, anypy):
+    """A consumer written in Python (through ctypes, as warp's is) whose
+    array starts at data: it sums the wrong elements natively; capsan reads
+    the array's __array_interface__ at the rename and says
+    dlpack-byte-offset-ignored at the consume."""
+    script = S / "dl_py_consumer.py"
+    native = run_plain(script, args=["bug"], interpreter=anypy)
+    assert native.returncode == 0 and "sum 2.0" in native.stdout, (native.stdout, native.stderr)
+    res = run_capsan(script, tmp_path, args=["bug"], interpreter=anypy)
+    error_exit(res)
+    assert "sum 2.0" in res.stdout, res.describe()
+    f = assert_finding_at(res, "dlpack-byte-offset-ignored", script, "consume", event="consume",
+                          innermost=False)
+    assert "__array_interface__" in f["message"] and "byte_offset 16" in f["message"], f["message"]
+    assert len(findings(res.report)) == 1, res.describe()
+    only_kinds(res, ["dlpack-byte-offset-ignored"])
+
+
+def test_byte_offset_honored_by_a_python_consumer_is_clean(tmp_path, anypy):
+    """The twin: the consumer's array starts at data + byte_offset."""
+    script = S / "dl_py_consumer.py"
+    res = run_capsan(script, tmp_path, args=["good"], interpreter=anypy)
+    assert res.returncode == 0 and "sum 28.0" in res.stdout, res.describe()
+    assert findings(res.report) == [], res.describe()
+
+
 def test_torch2_reexport_of_offset_tensor_is_clean(tmp_path):
     """torch 2.13 honors byte_offset: its to_dlpack of the imported tensor
     starts at the first element."""

@@ -22,8 +22,8 @@ def released(name) -> Path:
     return REAL[name]
 
 
-def native(script, py, env=None):
-    return subprocess.run([str(py), str(script)], capture_output=True, text=True, timeout=120,
+def native(script, py, env=None, args=()):
+    return subprocess.run([str(py), str(script), *args], capture_output=True, text=True, timeout=120,
                           env=base_env(env, py), stdin=subprocess.DEVNULL)
 
 
@@ -194,4 +194,71 @@ def test_kuzu_0_0_9_schema_release_clears(tmp_path):
     assert cp.returncode == 0 and "rows 3" in cp.stdout and "ok" in cp.stdout, cp.stderr[-2000:]
     res = run_capsan(KUZU, tmp_path, interpreter=py, env=scratch(tmp_path))
     assert res.returncode == 0 and "rows 3" in res.stdout, res.describe()
+    assert findings(res.report) == [], summarize(res.report)
+
+
+TO_DLPACKS = SCENARIOS / "rw_to_dlpacks_lost.py"
+
+
+def test_onnxruntime_to_dlpacks_loses_a_refused_capsule(tmp_path):
+    """onnxruntime 1.23.2's OrtValueVector.to_dlpacks re-arms one capsule
+    without a destructor for each tensor (SetName, SetPointer); when its
+    callback raises it throws and never drops the capsule: the tensor it
+    holds, and its buffer, are never released. Natively the program only
+    sees a RuntimeError; capsan says dlpack-leak at the to_dlpacks line."""
+    py = released("onnxruntime-1.23.2")
+    cp = native(TO_DLPACKS, py, args=["fail"])
+    assert cp.returncode == 0 and "refused" in cp.stdout and "ok" in cp.stdout, cp.stderr[-2000:]
+    res = run_capsan(TO_DLPACKS, tmp_path, interpreter=py, args=["fail"])
+    assert "refused: to_tensor returned a null pointer" in res.stdout and "ok" in res.stdout, \
+        res.describe()
+    assert res.returncode == 23, res.describe()
+    # the re-arm inside to_dlpacks, called from the script's line itself
+    f = assert_finding_at(res, "dlpack-leak", TO_DLPACKS, "to-dlpacks", event="export")
+    assert f["severity"] == "error", f
+    assert kinds(res.report) == {"dlpack-leak"}, summarize(res.report)
+    assert len(findings(res.report, "dlpack-leak")) == 1, summarize(res.report)
+
+
+def test_onnxruntime_to_dlpacks_callback_takes_all(tmp_path):
+    """The silent twin (no release fixes it; 1.32.0 still leaks): the same
+    release, its callback consuming all three tensors. Each re-armed
+    capsule is a loan capsan follows (3 tensors), and nothing leaks."""
+    py = released("onnxruntime-1.23.2")
+    res = run_capsan(TO_DLPACKS, tmp_path, interpreter=py, args=["ok"])
+    assert res.returncode == 0 and "sums [6.0, 10.0, 15.0]" in res.stdout, res.describe()
+    assert findings(res.report) == [], summarize(res.report)
+    assert "3 tensors" in res.stderr, res.stderr[-2000:]
+
+
+WARP = SCENARIOS / "rw_warp_offset.py"
+
+
+def test_warp_1_19_from_dlpack_drops_byte_offset(tmp_path):
+    """warp-lang 1.19.0's from_dlpack makes its array from data alone:
+    natively the array sums 2.0, not 28.0; capsan sees the array's
+    __array_interface__ start at data and says dlpack-byte-offset-ignored
+    at the from_dlpack line."""
+    py = released("warp-lang-1.19.0")
+    env = {"TMPDIR": str(tmp_path)}
+    cp = native(WARP, py, env, args=["warp"])
+    assert cp.returncode == 0 and "sum 2.0" in cp.stdout, (cp.stdout, cp.stderr[-2000:])
+    res = run_capsan(WARP, tmp_path, interpreter=py, args=["warp"], env=env)
+    assert res.returncode == 23 and "sum 2.0" in res.stdout, res.describe()
+    f = assert_finding_at(res, "dlpack-byte-offset-ignored", WARP, "consume", event="consume",
+                          innermost=False)
+    assert "__array_interface__" in f["message"] and "byte_offset 16" in f["message"], \
+        f["message"]
+    assert kinds(res.report) == {"dlpack-byte-offset-ignored"}, summarize(res.report)
+    assert len(findings(res.report)) == 1, summarize(res.report)
+
+
+def test_warp_wraps_what_numpy_consumed(tmp_path):
+    """The silent twin (no warp release honors byte_offset): numpy's
+    from_dlpack consumes the same tensor in the same venv, warp wraps
+    numpy's array, both start at the first element: 28.0, nothing said."""
+    py = released("warp-lang-1.19.0")
+    env = {"TMPDIR": str(tmp_path)}
+    res = run_capsan(WARP, tmp_path, interpreter=py, args=["numpy"], env=env)
+    assert res.returncode == 0 and "sum 28.0" in res.stdout, res.describe()
     assert findings(res.report) == [], summarize(res.report)

@@ -48,6 +48,7 @@ int cs_pyapi_init(void)
     SYM(Object_CallFunctionObjArgs, "PyObject_CallFunctionObjArgs");
     SYM(CFunction_NewEx, "PyCFunction_NewEx");
     SYM(AddPendingCall, "Py_AddPendingCall");
+    SYM(Eval_GetFrame, "PyEval_GetFrame");
     SYM(Thread_get_thread_ident, "PyThread_get_thread_ident");
     SYM(Dict_Next, "PyDict_Next");
     SYM(Long_AsUnsignedLong, "PyLong_AsUnsignedLong");

@@ -77,6 +77,7 @@ typedef struct cs_pyapi {
     PyObject_ *(*Module_GetDict)(PyObject_ *);
     intptr_t (*List_Size)(PyObject_ *);
     PyObject_ *(*List_GetItem)(PyObject_ *, intptr_t);
+    PyObject_ *(*Eval_GetFrame)(void); /* a Python-level consumer's frame (consumer_view.c) */
 } cs_pyapi;
 
 extern cs_pyapi cs_py;

@@ -14,6 +14,7 @@
 #include "capsule_dtor.h"
 #include "capsule_get.h"
 #include "capsule_int.h"
+#include "consumer_view.h"
 #include "deleter.h"
 #include "dltensor.h"
 #include "names.h"
@@ -137,8 +138,13 @@ static int hook_SetName(PyObject_ *cap, const char *name)
         uint64_t off, data;
         uint32_t fp = cs_dl_consume_view(e.mt, e.versioned, &off, &data);
         ev.c = data; /* what a consumer kept alive at shutdown holds (lifecycle.c) */
-        if (off && cs_consumer_ignores_offset(ret)) {
+        /* R17: torch by its version; a consumer in Python by the array
+         * it made (consumer_view.c) */
+        int seen = 0;
+        if (off && (cs_consumer_ignores_offset(ret) ||
+                    (seen = cs_consumer_view(ret, data, off) == CS_VIEW_IGNORED))) {
             ev.flags |= CS_EVF_OFFSET_IGNORED;
+            ev.aux |= seen ? CS_CONSUME_VIEW_SEEN : 0;
             ev.c = off;
         }
         cs_event origin;
@@ -196,10 +202,22 @@ static cs_capsule_dtor hook_GetDestructor(PyObject_ *cap)
     return cs_capsule_unwrap(cs_py.Capsule_GetDestructor(cap));
 }
 
+/* A producer re-arming a DLPack capsule of its own with the next tensor
+ * (onnxruntime's to_dlpacks renames the consumed capsule back to
+ * "dltensor" and sets its pointer): the new pointer is a loan born here,
+ * as if in a new capsule, else it would die or leak unseen */
 static int hook_SetPointer(PyObject_ *cap, void *p)
 {
-    GIL_CHECK();
-    return cs_py.Capsule_SetPointer(cap, p);
+    uint8_t g = (uint8_t)GIL_CHECK();
+    if (!cs_recording || !p || stub_index(cap_destructor(cap)) < 0)
+        return cs_py.Capsule_SetPointer(cap, p);
+    int nk = name_kind(cap_name(cap));
+    int rc = cs_py.Capsule_SetPointer(cap, p);
+    if (rc == 0 && (nk == NK_DL || nk == NK_DLV)) {
+        CS_STACK_HINT();
+        export(p, cap, nk == NK_DLV, g);
+    }
+    return rc;
 }
 
 const cs_hook cs_capsule_hooks[] = {
