@@ -142,6 +142,31 @@ def test_deleter_no_gil_speaks_of_the_thread_state(tmp_path):
     assert FT_WORDS in f["message"] and "(R12)" in f["message"], f["message"]
 
 
+XNOGIL = """
+import sys
+import xkernel, xproducer
+print("gil=%s" % sys._is_gil_enabled())
+print(xkernel.total_nogil(xproducer.Blob(4)))  # <-- nogil
+print("done")
+"""
+
+
+def test_exchange_contract_gil_clause_speaks_of_the_thread_state(tmp_path):
+    """A kernel calls a producer's from_py detached (R56)."""
+    n = ft()
+    script = tmp_path / "xnogil.py"
+    script.write_text(XNOGIL)
+    res = run_newest(n, script, tmp_path)
+    assert res.returncode == 23 and "6.0" in res.stdout and "done" in res.stdout, res.describe()
+    gil_was_off(res)
+    f = assert_finding_at(res, "dlpack-exchange-contract", script, "nogil", event="exchange-call",
+                          innermost=False)
+    assert kinds(res.report) == {"dlpack-exchange-contract"}, summarize(res.report)
+    assert ("managed_tensor_from_py_object_no_sync was called without an attached thread state "
+            "(free-threaded build" in f["message"]), f["message"]
+    assert "the GIL" not in f["message"], f["message"]
+
+
 # ---- 2. races ----
 
 def race(tmp_path, mode, options=("protect=1",)):
@@ -278,6 +303,7 @@ def verdict(res, script):
     (RACES, "locked-consume", []),
     (RACES, "stream-next", []),
     (RACES, "stream-release", []),
+    (HANDLERS, "fresh", []),
     (HANDLERS, "inherit", []),
     (HANDLERS, "cross", []),
 ])
