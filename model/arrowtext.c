@@ -102,10 +102,11 @@ const char *cs_ar_event_phrase(const cs_finding *f, int i)
             return "released by its capsule's destructor at";
         return (ev->aux & CS_ARR_MOVED) ? "released (the moved copy) at" : "released at";
     case CS_EV_AR_CALL:
-        return (ev->aux & CS_ARC_RELEASED)              ? "stream callback called after its release at"
-               : (ev->aux & 0xff) == CS_ARC_RELEASE ? "released while another thread was inside a "
-                                                      "stream callback at"
-                                                    : "stream callback called concurrently at";
+        if (ev->aux & CS_ARC_RELEASED)
+            return "stream callback called after its release at";
+        return (ev->aux & 0xff) == CS_ARC_RELEASE
+                   ? "released while another thread was inside a stream callback at"
+                   : "stream callback called concurrently at";
     case CS_EV_AR_DESTROY:
         return ev->aux == CS_ARD_MOVED ? "moved out by its consumer (the capsule died with "
                                          "release == NULL) at"
