@@ -22,6 +22,7 @@ static const char *call_name(unsigned c)
     case CS_ARC_GET_SCHEMA: return "get_schema";
     case CS_ARC_GET_NEXT: return "get_next";
     case CS_ARC_GET_LAST_ERROR: return "get_last_error";
+    case CS_ARC_RELEASE: return "release";
     }
     return "a callback";
 }
@@ -43,6 +44,7 @@ const char *cs_ar_event_name(const cs_event *ev)
     case CS_EV_AR_CALL:
         return (ev->aux & 0xff) == CS_ARC_GET_NEXT     ? "get-next"
                : (ev->aux & 0xff) == CS_ARC_GET_SCHEMA ? "get-schema"
+               : (ev->aux & 0xff) == CS_ARC_RELEASE    ? "release"
                                                        : "get-last-error";
     case CS_EV_AR_DESTROY: return ev->aux == CS_ARD_MOVED ? "move" : "destroy";
     case CS_EV_AR_CHECK:
@@ -100,8 +102,11 @@ const char *cs_ar_event_phrase(const cs_finding *f, int i)
             return "released by its capsule's destructor at";
         return (ev->aux & CS_ARR_MOVED) ? "released (the moved copy) at" : "released at";
     case CS_EV_AR_CALL:
-        return (ev->aux & CS_ARC_RELEASED) ? "stream callback called after its release at"
-                                           : "stream callback called concurrently at";
+        if (ev->aux & CS_ARC_RELEASED)
+            return "stream callback called after its release at";
+        return (ev->aux & 0xff) == CS_ARC_RELEASE
+                   ? "released while another thread was inside a stream callback at"
+                   : "stream callback called concurrently at";
     case CS_EV_AR_DESTROY:
         return ev->aux == CS_ARD_MOVED ? "moved out by its consumer (the capsule died with "
                                          "release == NULL) at"
@@ -272,7 +277,9 @@ const char *cs_ar_message(const cs_finding *f, char *buf, size_t n)
     case CS_KIND_ARROW_STREAM_MISUSE:
         snprintf(buf, n, "%s of %s %#llx called while thread %llu was inside a callback of the "
                  "same stream (R45): stream callbacks are not thread-safe and must be "
-                 "serialized", call_name(f->detail), t, p, (unsigned long long)f->value);
+                 "serialized%s", call_name(f->detail), t, p, (unsigned long long)f->value,
+                 f->detail == CS_ARC_RELEASE ? "; that callback now runs on a released stream"
+                                             : "");
         break;
     case CS_KIND_ARROW_RENAMED:
         snprintf(buf, n, "the capsule of %s %#llx was renamed (R40): Arrow capsules keep their "

@@ -16,6 +16,16 @@ static const char *xbirth_name(unsigned aux)
                                  : NULL;
 }
 
+/* a call without the GIL made on a free-threaded build: there the rule
+ * is an attached thread state (CS_NOGIL_FREE_THREADED, set by the runtime) */
+static int nogil_ft(const cs_finding *f)
+{
+    for (int i = 0; i < f->nevents; i++)
+        if (f->events[i].kind == CS_EV_NO_GIL && (f->events[i].extra & CS_NOGIL_FREE_THREADED))
+            return 1;
+    return 0;
+}
+
 const char *cs_event_name(const cs_event *ev)
 {
     if (CS_EV_IS_ARROW(ev->kind))
@@ -82,7 +92,9 @@ const char *cs_event_phrase(const cs_finding *f, int i)
     case CS_EV_CONSUME: return earlier ? "consumed again at" : "consumed at";
     case CS_EV_GETPTR_USED: return "pointer taken from the consumed capsule at";
     case CS_EV_GETPTR: return "pointer taken again at";
-    case CS_EV_NO_GIL: return "called without the GIL at";
+    case CS_EV_NO_GIL:
+        return (ev->extra & CS_NOGIL_FREE_THREADED) ? "called without an attached thread state at"
+                                                     : "called without the GIL at";
     case CS_EV_DEVICE: return "its data was allocated by that handler at";
     case CS_EV_DATA_FREED: return "its data freed at";
     case CS_EV_DELETE:
@@ -235,8 +247,13 @@ static const char *xcheck_text(uint32_t d, uint64_t value, uint64_t obj, char *t
                  "exception surfaces later, at an unrelated line", e);
         break;
     case CS_XC_NO_GIL:
-        snprintf(tmp, n, "%s was called without the GIL (R56): its Python-facing entries build "
-                 "and read Python objects and must be called with the GIL held", e);
+        if (v & CS_NOGIL_FREE_THREADED)
+            snprintf(tmp, n, "%s was called without an attached thread state (free-threaded "
+                     "build: PyGILState_Check() == 0, R56): its Python-facing entries build and "
+                     "read Python objects and must be called from a thread with one attached", e);
+        else
+            snprintf(tmp, n, "%s was called without the GIL (R56): its Python-facing entries "
+                     "build and read Python objects and must be called with the GIL held", e);
         break;
     case CS_XC_SETERROR:
         snprintf(tmp, n, "managed_tensor_allocator %s but called SetError %llu time(s) (R54): "
@@ -455,16 +472,32 @@ const char *cs_finding_message(const cs_finding *f, char *buf, size_t n)
                      (unsigned long long)f->value);
         break;
     case CS_KIND_CAPSULE_NO_GIL:
-        snprintf(buf, n, "a PyCapsule function was called without holding the GIL "
-                 "(PyGILState_Check() == 0): take it with PyGILState_Ensure first");
+        if (nogil_ft(f))
+            snprintf(buf, n, "a PyCapsule function was called without an attached thread state "
+                     "(free-threaded build: PyGILState_Check() == 0): attach one with "
+                     "PyGILState_Ensure first");
+        else
+            snprintf(buf, n, "a PyCapsule function was called without holding the GIL "
+                     "(PyGILState_Check() == 0): take it with PyGILState_Ensure first");
         break;
     case CS_KIND_NUMPY_HANDLER_NO_GIL:
-        snprintf(buf, n, "a NumPy allocation or free went through the memory handler without "
-                 "the GIL (call site 0x%llx): numpy's default handler expects it held (R33)", p);
+        if (nogil_ft(f))
+            snprintf(buf, n, "a NumPy allocation or free went through the memory handler without "
+                     "an attached thread state (free-threaded build: PyGILState_Check() == 0; "
+                     "call site 0x%llx): numpy calls handlers from a thread with one attached "
+                     "(R33)", p);
+        else
+            snprintf(buf, n, "a NumPy allocation or free went through the memory handler without "
+                     "the GIL (call site 0x%llx): numpy's default handler expects it held (R33)", p);
         break;
     case CS_KIND_DLPACK_DELETER_NO_GIL:
-        snprintf(buf, n, "a DLPack deleter called without the GIL (as torch calls foreign "
-                 "deleters) used the Python C API without PyGILState_Ensure (R12)");
+        if (nogil_ft(f))
+            snprintf(buf, n, "a DLPack deleter called without an attached thread state "
+                     "(free-threaded build: PyGILState_Check() == 0) used the Python C API "
+                     "without attaching one with PyGILState_Ensure (R12)");
+        else
+            snprintf(buf, n, "a DLPack deleter called without the GIL (as torch calls foreign "
+                     "deleters) used the Python C API without PyGILState_Ensure (R12)");
         break;
     case CS_KIND_DLPACK_DEVICE_MISMATCH:
         snprintf(buf, n, "%s 0x%llx exports data 0x%llx as CPU memory, but the handler that "

@@ -306,7 +306,8 @@ enum cs_ar_type { CS_AR_SCHEMA = 1, CS_AR_ARRAY = 2, CS_AR_STREAM = 3, CS_AR_DEV
                                  * not: b=how many, extra=the first one's index (-1: the
                                  * dictionary), c=its struct (R44) */
 /* CS_EV_AR_CALL aux: the callback (low byte) and what was wrong */
-enum cs_ar_call { CS_ARC_GET_SCHEMA = 1, CS_ARC_GET_NEXT = 2, CS_ARC_GET_LAST_ERROR = 3 };
+enum cs_ar_call { CS_ARC_GET_SCHEMA = 1, CS_ARC_GET_NEXT = 2, CS_ARC_GET_LAST_ERROR = 3,
+                  CS_ARC_RELEASE = 4 /* with CS_ARC_CONCURRENT only: a stream's release */ };
 #define CS_ARC_RELEASED 0x100u  /* on a released stream (R45) */
 #define CS_ARC_CONCURRENT 0x200u /* while another thread was inside one of its callbacks */
 #define CS_ARC_SAME 0x400u      /* with CS_ARC_RELEASED: through the very struct its release
@@ -353,6 +354,9 @@ enum cs_stale {
 
 /* CS_EV_NO_GIL aux: what was called */
 enum cs_nogil { CS_NOGIL_CAPSULE = 1, CS_NOGIL_HANDLER = 2, CS_NOGIL_IN_DELETER = 3 };
+/* CS_EV_NO_GIL extra, and CS_EV_XCHECK b with CS_XC_NO_GIL: the process is a
+ * free-threaded build, where the rule is an attached thread state */
+#define CS_NOGIL_FREE_THREADED 1u
 
 /* CS_EV_EXPORT / CS_EV_CONSUME aux bits */
 #define CS_DLV_VERSIONED 1u

@@ -192,6 +192,17 @@ static void release_body(void *self, int type, const uintptr_t *slot)
             return;
         }
     }
+    /* R45: a release while another thread is inside one of the stream's
+     * callbacks (two free-threaded Python threads sharing a reader): the
+     * producer frees what that callback still uses */
+    if (L->stream && !again && atomic_load(&r->in_call)) {
+        uint32_t other = atomic_load(&r->call_thread);
+        if (other != (t ? t->num : 0) && !atomic_exchange(&r->misuse_said, 1)) {
+            cs_event ev = {.kind = CS_EV_AR_CALL, .obj = about, .a = (uint64_t)(uintptr_t)self,
+                           .aux = CS_ARC_RELEASE | CS_ARC_CONCURRENT, .extra = other};
+            emit_from(&ev, slot);
+        }
+    }
     if (!again)
         r->rel_at = self;
     ar_rec *kids = again ? NULL : r->kids;

@@ -84,6 +84,7 @@ int cs_pyapi_init(void)
         for (size_t off = 8; off <= 24 && !cs_py.ob_type_off; off += 16)
             if (*(const void *const *)((const char *)cs_py.None_ + off) == none_type)
                 cs_py.ob_type_off = off;
+    cs_py.free_threaded = cs_py.ob_type_off == 24;
     cs_py.layout_why = "PyCode_Type or the current thread state's getter is missing";
     cs_py.layout = cs_py.ThreadState_UncheckedGet && cs_py.Code_Type
                        ? cs_pylayout_detect(cs_py.major, cs_py.minor, &cs_py.layout_why) : NULL;

@@ -23,6 +23,9 @@ typedef struct cs_pyapi {
     /* PyObject.ob_type: 8, or 24 on a free-threaded build, proven on None
      * whatever the version (0: not proven; no object is walked then) */
     size_t ob_type_off;
+    /* a free-threaded build (ob_type at 24): the GIL kinds' rule is an
+     * attached thread state there, and their words say so */
+    int free_threaded;
     const void *Code_Type; /* &PyCode_Type */
     /* capsule originals (taken before any slot is patched) */
     PyObject_ *(*Capsule_New)(void *, const char *, cs_capsule_dtor);

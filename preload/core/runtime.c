@@ -255,8 +255,11 @@ unsigned cs_check_gil_slow(const void *site, int what)
     if (cs_in_nogil_deleter)
         what = CS_NOGIL_IN_DELETER;
     if (cs_seen_first(nogil_sites, NOGIL_SITES, &nogil_mu, (uintptr_t)site ^ (uintptr_t)what)) {
+        /* the trace says which rule was broken: the GIL's, or on a
+         * free-threaded build an attached thread state's */
         cs_event ev = {.kind = CS_EV_NO_GIL, .obj = (uint64_t)(uintptr_t)site,
-                       .aux = (uint16_t)what, .flags = CS_EVF_GIL_KNOWN};
+                       .aux = (uint16_t)what, .flags = CS_EVF_GIL_KNOWN,
+                       .extra = cs_py.free_threaded ? CS_NOGIL_FREE_THREADED : 0};
         cs_emit(&ev, 1, NULL, NULL);
     }
     return CS_EVF_GIL_KNOWN;

@@ -265,7 +265,8 @@ static void call_begin(xcall *c, int entry, const void *site, uint64_t obj)
     c->flags = (uint8_t)(c->live ? CS_EVF_GIL_KNOWN | (c->gil ? CS_EVF_GIL : 0) : 0);
     c->pending_error = c->gil && cs_py.Err_Occurred();
     if (c->live && !c->gil)
-        check_failed(obj, entry, CS_XC_NO_GIL, 0, 0, site);
+        check_failed(obj, entry, CS_XC_NO_GIL, 0, cs_py.free_threaded ? CS_NOGIL_FREE_THREADED : 0,
+                     site);
 }
 
 /* rc and the Python error indicator must agree */

@@ -45,7 +45,10 @@ a ``contextvars.ContextVar``, so ``set_handler()`` and ``using()`` change it
 for the *current context* only:
 
 * a **new thread** starts on numpy's default handler, whatever the thread
-  that started it had set: call ``using()`` inside the thread's function;
+  that started it had set: call ``using()`` inside the thread's function
+  (unless the interpreter starts threads in a copy of their starter's
+  context, ``sys.flags.thread_inherit_context``, the default of 3.14+'s
+  free-threaded builds: they then start on their starter's handler);
 * an **asyncio task** runs in a copy of the context current when it was
   created: tasks created inside ``with using(h):`` allocate through ``h``,
   even after the block exits in the creating task, and a ``using()`` inside
@@ -528,7 +531,9 @@ def set_handler(handler):
 def using(handler):
     """``with using(h):`` allocate through h in this context, then restore
     the handler that was current before (also a decorator). Threads started
-    inside the block do NOT inherit h; asyncio tasks created inside do."""
+    inside the block do NOT inherit h (but where threads start in a copy of
+    their starter's context: sys.flags.thread_inherit_context); asyncio
+    tasks created inside do."""
     old = set_handler(handler)
     try:
         yield handler

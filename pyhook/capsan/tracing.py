@@ -68,8 +68,10 @@ class Trace:
     On entry a new tracing `mem_handler` (wrapping numpy's current handler,
     or `inner`) is installed with PyDataMem_SetHandler for the current
     context (this thread, this asyncio task; tasks created inside inherit
-    it, threads started inside do not: under `capsan run` those are tracked
-    globally). On exit -- also when an exception escapes -- the previous
+    it, threads started inside do not, unless the interpreter starts them
+    in a copy of the starter's context, as 3.14+'s free-threaded builds do
+    (sys.flags.thread_inherit_context): under `capsan run` those are
+    tracked globally). On exit -- also when an exception escapes -- the previous
     handler is restored, `gc.collect()` runs (only when something the
     scope made or touched is still alive: otherwise there is nothing to
     judge), the blocks allocated through the tracing handler and still
