@@ -22,9 +22,9 @@ def released(name) -> Path:
     return REAL[name]
 
 
-def native(script, py, env=None, args=()):
-    return subprocess.run([str(py), str(script), *args], capture_output=True, text=True, timeout=120,
-                          env=base_env(env, py), stdin=subprocess.DEVNULL)
+def native(script, py, env=None, args=(), timeout=120):
+    return subprocess.run([str(py), str(script), *map(str, args)], capture_output=True, text=True,
+                          timeout=timeout, env=base_env(env, py), stdin=subprocess.DEVNULL)
 
 
 NOGIL = SCENARIOS / "rw_deleter_nogil.py"
@@ -261,4 +261,60 @@ def test_warp_wraps_what_numpy_consumed(tmp_path):
     env = {"TMPDIR": str(tmp_path)}
     res = run_capsan(WARP, tmp_path, interpreter=py, args=["numpy"], env=env)
     assert res.returncode == 0 and "sum 28.0" in res.stdout, res.describe()
+FFI_LOST = SCENARIOS / "rw_ffi_error_lost.py"
+REFUSED = {"kernel": "refused TypeError", "callback": "refused ValueError"}
+
+
+@pytest.fixture(scope="module")
+def kernel_build(tmp_path_factory):
+    """load_inline's build directory for a release: its kernel is compiled
+    once, by the first run, and reused by the others."""
+    dirs = {}
+
+    def get(name):
+        if name not in dirs:
+            dirs[name] = tmp_path_factory.mktemp(name)
+        return dirs[name]
+
+    return get
+
+
+@pytest.mark.parametrize("mode", ["kernel", "callback"])
+def test_tvm_ffi_0_1_8_post1_error_lost(tmp_path, kernel_build, mode):
+    """apache-tvm-ffi 0.1.8.post1 with torch 2.13.0: a call whose torch
+    argument came through torch's exchange table fails (a load_inline
+    kernel's TypeError, a registered Python function's ValueError), and the
+    binding's allocator restore stores its own return code over the
+    call's: the call returns None natively, no exception. The program
+    makes no other tvm-ffi call; capsan says dlpack-exchange-contract at
+    the call's line when the process ends."""
+    name = "tvm-ffi-0.1.8.post1"
+    py = released(name)
+    args = [mode, kernel_build(name)]
+    cp = native(FFI_LOST, py, args=args, timeout=600)
+    assert cp.returncode == 0 and "lost None" in cp.stdout and "ok" in cp.stdout, \
+        (cp.stdout, cp.stderr[-2000:])
+    res = run_capsan(FFI_LOST, tmp_path, args=args, interpreter=py, timeout=600)
+    assert res.returncode == 23 and "lost None" in res.stdout and "ok" in res.stdout, \
+        res.describe()
+    f = assert_finding_at(res, "dlpack-exchange-contract", FFI_LOST, "call", event="exchange-call")
+    assert "TVMFFIFunctionCall" in f["message"] and "without fetching" in f["message"], \
+        f["message"]
+    assert len(findings(res.report)) == 1, summarize(res.report)
+
+
+@pytest.mark.parametrize("mode", ["kernel", "callback"])
+def test_tvm_ffi_0_1_8_post2_error_raised(tmp_path, kernel_build, mode):
+    """The fixed twin, apache-tvm-ffi 0.1.8.post2 with the same torch: the
+    call's return code is kept, its error fetched and raised; the program
+    sees the exception, and capsan says nothing."""
+    name = "tvm-ffi-0.1.8.post2"
+    py = released(name)
+    args = [mode, kernel_build(name)]
+    cp = native(FFI_LOST, py, args=args, timeout=600)
+    assert cp.returncode == 0 and REFUSED[mode] in cp.stdout and "ok" in cp.stdout, \
+        (cp.stdout, cp.stderr[-2000:])
+    res = run_capsan(FFI_LOST, tmp_path, args=args, interpreter=py, timeout=600)
+    assert res.returncode == 0 and REFUSED[mode] in res.stdout and "ok" in res.stdout, \
+        res.describe()
     assert findings(res.report) == [], summarize(res.report)

@@ -20,6 +20,7 @@
 #include "runtime.h"
 #include "scan.h"
 #include "tracefile.h"
+#include "xffi.h"
 #include "young.h"
 #include "growclean.h"
 #include "libpath.h"
@@ -297,6 +298,11 @@ int cs_ending_finish(int how, int status)
     int exiting = how == CS_END_EXIT || how == CS_END_QUICK_EXIT;
     if (exiting && (api_mode || atomic_load(&stopped)))
         how = api_mode ? CS_END_API_EXIT : CS_END_STOPPED_EXIT;
+    /* an FFI error left raised by a call that was its thread's last: the
+     * program ends without another call to judge it at (after a stop, a
+     * fetch may have gone unseen) */
+    if (cs_recording && how != CS_END_STOPPED_EXIT)
+        cs_xffi_end();
     if (how == CS_END_EXIT && cs_lc)
         held_by_running_threads();
     if (how == CS_END_EXIT && cs_lc) {

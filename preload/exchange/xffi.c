@@ -5,12 +5,15 @@
  * keep one bit a thread, and TVMFFIFunctionCall notes a failure that left
  * its error raised after table conversions, with its stack and Python
  * position. The failure is lost when its Python call returned with the
- * error still raised: judged at the thread's next FFI call or raise,
- * which comes after that return. libtvm_ffi.so is loaded RTLD_GLOBAL by
- * tvm_ffi, so the originals are the global scope's. */
+ * error still raised: judged at the thread's next FFI call, raise or
+ * fetch, which come after that return, and, for a lost call that was the
+ * thread's last, at its exit or the process's (cs_xffi_end): a program
+ * whose failed call returned None often makes no other. libtvm_ffi.so is
+ * loaded RTLD_GLOBAL by tvm_ffi, so the originals are the global scope's. */
 #include "xffi.h"
 
 #include <dlfcn.h>
+#include <pthread.h>
 #include <stdint.h>
 
 #include "pyapi.h"
@@ -66,6 +69,15 @@ static int gil_now(void)
     return cs_py_live() && cs_gil_held();
 }
 
+static void lost(void)
+{
+    ffi.pending = 0;
+    cs_event ev = {.kind = CS_EV_XCHECK, .obj = (uint64_t)(uintptr_t)ffi.func,
+                   .aux = CS_XC_FFI_ERROR_LOST, .a = (uint64_t)(int64_t)ffi.rc,
+                   .b = (uint64_t)(uint32_t)ffi.rc, .extra = CS_XE_FFI_CALL, .stack = ffi.stack};
+    cs_emit(&ev, 0, NULL, NULL);
+}
+
 /* a noted failure whose Python call has returned with its error raised */
 static void judge_pending(void)
 {
@@ -77,11 +89,35 @@ static void judge_pending(void)
     }
     if (cs_stack_py_within(gil_now(), &ffi.pos))
         return; /* its call still runs: the error may yet be fetched */
+    lost();
+}
+
+/* A thread that ends with a noted failure never fetched lost it, unless
+ * the interpreter's finalization ended it (a daemon thread taking the GIL
+ * back after its call): it still has its thread state then, and its call
+ * never returned to Python. */
+static pthread_key_t exit_key;
+static pthread_once_t exit_once = PTHREAD_ONCE_INIT;
+
+static void thread_gone(void *unused)
+{
+    (void)unused;
+    int ended_by_finalization = cs_py.ok && !cs_py_live() && cs_py.GILState_GetThisThreadState &&
+                                cs_py.GILState_GetThisThreadState() != NULL;
+    if (ffi.pending && ffi.raised && cs_recording && !ended_by_finalization)
+        lost();
     ffi.pending = 0;
-    cs_event ev = {.kind = CS_EV_XCHECK, .obj = (uint64_t)(uintptr_t)ffi.func,
-                   .aux = CS_XC_FFI_ERROR_LOST, .a = (uint64_t)(int64_t)ffi.rc,
-                   .b = (uint64_t)(uint32_t)ffi.rc, .extra = CS_XE_FFI_CALL, .stack = ffi.stack};
-    cs_emit(&ev, 0, NULL, NULL);
+}
+
+static void exit_key_make(void)
+{
+    if (pthread_key_create(&exit_key, thread_gone) != 0)
+        exit_key = (pthread_key_t)-1; /* no thread-exit verdict: the process's still comes */
+}
+
+void cs_xffi_end(void)
+{
+    judge_pending();
 }
 
 static int hook_call(void *func, void *args, int32_t n, void *result)
@@ -101,6 +137,9 @@ static int hook_call(void *func, void *args, int32_t n, void *result)
             ffi.func = func;
             ffi.pos = pos;
             ffi.stack = cs_stack_now(1, CS_EV_XCHECK);
+            pthread_once(&exit_once, exit_key_make);
+            if (exit_key != (pthread_key_t)-1)
+                pthread_setspecific(exit_key, &ffi); /* non-NULL: thread_gone runs */
         }
     }
     ffi.conv_seen = conv;
@@ -130,6 +169,7 @@ static void hook_raise_parts(const char *kind, const char **parts, int32_t n)
 
 static void hook_fetch(void *out)
 {
+    judge_pending(); /* a fetch after its call returned: the error surfaced elsewhere */
     ffi.raised = 0;
     ffi.pending = 0;
     REAL(fetch_fn, "TVMFFIErrorMoveFromRaised")(out);
