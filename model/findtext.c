@@ -58,6 +58,7 @@ const char *cs_event_name(const cs_event *ev)
     case CS_EV_NP_REACHABLE:
     case CS_EV_REACHABLE: return "reachable";
     case CS_EV_NP_WRAP: return "wrap";
+    case CS_EV_NP_ORPHAN: return "handler-died";
     case CS_EV_ERR_STATE: return "error-state";
     case CS_EV_REEXPORT: return "reexport";
     }
@@ -121,6 +122,9 @@ const char *cs_event_phrase(const cs_finding *f, int i)
     case CS_EV_NP_ALLOC: return "allocated at";
     case CS_EV_NP_FREE: return earlier ? "freed again at" : "freed at";
     case CS_EV_NP_HANDLER: return "handler installed at";
+    case CS_EV_NP_ORPHAN:
+        return ev->extra == CS_STALE_CTX_FREED ? "its handler's ctx freed, the block still alive, at"
+                                               : "its handler's struct freed, the block still alive, at";
     case CS_EV_ERR_STATE:
         return ev->a ? "its capsule destructor returned at" : "its deleter returned at";
     case CS_EV_REEXPORT: return "re-exported from its data field, byte_offset dropped, at";
@@ -516,20 +520,29 @@ const char *cs_finding_message(const cs_finding *f, char *buf, size_t n)
                  "given NPY_ARRAY_OWNDATA on foreign memory (hand it over through a PyCapsule "
                  "base object instead)", p);
         break;
-    case CS_KIND_NUMPY_STALE_HANDLER:
-        snprintf(buf, n, "%llu bytes of NumPy data at 0x%llx freed through memory handler 0x%llx, %s",
-                 (unsigned long long)f->bytes, p, (unsigned long long)f->value,
-                 f->detail == CS_STALE_CHANGED ? "whose struct changed or was freed since it was "
-                                                 "installed (a handler must be immortal)"
-                 : f->detail == CS_STALE_UNLOADED ? "whose functions are no longer in a loaded "
-                                                    "object (dlclose)"
-                 : f->detail == CS_STALE_CTX_FREED ? "whose ctx was freed while its blocks were "
-                                                     "alive (free() of allocator.ctx)"
-                 : f->detail == CS_STALE_REPOINTED ? "whose ctx or functions were re-pointed in "
-                                                     "place since it allocated the block: another "
-                                                     "pool frees it (a handler must be immortal)"
-                                                   : "which is not the handler that allocated it");
+    case CS_KIND_NUMPY_STALE_HANDLER: {
+        unsigned why = f->detail & ~(unsigned)CS_STALE_AT_DEATH;
+        const char *whose =
+            why == CS_STALE_CHANGED ? "whose struct changed or was freed since it was "
+                                      "installed (a handler must be immortal)"
+            : why == CS_STALE_UNLOADED ? "whose functions are no longer in a loaded "
+                                         "object (dlclose)"
+            : why == CS_STALE_CTX_FREED ? "whose ctx was freed while its blocks were "
+                                          "alive (free() of allocator.ctx)"
+            : why == CS_STALE_REPOINTED ? "whose ctx or functions were re-pointed in "
+                                          "place since it allocated the block: another "
+                                          "pool frees it (a handler must be immortal)"
+                                        : "which is not the handler that allocated it";
+        if (f->detail & CS_STALE_AT_DEATH) /* told when the handler died, before any free */
+            snprintf(buf, n, "%llu bytes of NumPy data at 0x%llx outlive memory handler 0x%llx, "
+                     "%s: numpy will free them through it", (unsigned long long)f->bytes, p,
+                     (unsigned long long)f->value, whose);
+        else
+            snprintf(buf, n, "%llu bytes of NumPy data at 0x%llx freed through memory handler "
+                     "0x%llx, %s", (unsigned long long)f->bytes, p,
+                     (unsigned long long)f->value, whose);
         break;
+    }
     case CS_KIND_NUMPY_BAD_HANDLER:
         snprintf(buf, n, "invalid NumPy memory handler at 0x%llx: %s", p, bad_text(f->detail));
         break;

@@ -76,13 +76,14 @@ static unsigned on_free(cs_lifecycle *lc, stripe *st, obj *o, const cs_event *ev
         cs_event inner = {.kind = CS_EV_NP_ALLOC, .c = o->data, .extra = (uint32_t)o->capsule};
         uint32_t stale = cs_np_free_stale(&inner, ev);
         ot_hist_add(st, o, ev, j);
-        if (stale)
+        if (stale && !(o->flags & OF_STALE_TOLD))
             ot_report(lc, j, CS_KIND_NUMPY_STALE_HANDLER, o, NULL, stale, ev->c);
         o->data = o->capsule = 0;
     } else if (o->state == CS_ST_CREATED) {
         uint32_t stale = cs_np_free_stale(born_of(o), ev);
         ot_hist_add(st, o, ev, j);
-        if (stale)
+        /* told as its handler died: the free through it is that finding's */
+        if (stale && !(o->flags & OF_STALE_TOLD))
             ot_report(lc, j, CS_KIND_NUMPY_STALE_HANDLER, o, NULL, stale, ev->c);
         if (o->data)
             unnest(st, o, j); /* the block inside lives on at this address */
@@ -94,6 +95,22 @@ static unsigned on_free(cs_lifecycle *lc, stripe *st, obj *o, const cs_event *ev
         ot_report(lc, j, CS_KIND_NUMPY_DOUBLE_FREE, o, ev, 0, 0);
         ot_hist_add(st, o, ev, j);
     }
+    return 0;
+}
+
+/* R28: the handler that made o died (its struct or ctx freed) while o
+ * lives: o is stale now, whatever a free through it later does (the
+ * first such free may crash the program before it is judged) */
+static unsigned on_orphan(cs_lifecycle *lc, stripe *st, obj *o, const cs_event *ev, judge *j)
+{
+    if (!o || o->state != CS_ST_CREATED || (o->flags & OF_STALE_TOLD))
+        return 0;
+    const cs_event *born = born_of(o);
+    if (!(born && born->c == ev->c) && !(o->data && o->data == ev->c))
+        return 0; /* another handler's block at that address */
+    ot_hist_add(st, o, ev, j);
+    o->flags |= OF_STALE_TOLD;
+    ot_report(lc, j, CS_KIND_NUMPY_STALE_HANDLER, o, NULL, ev->extra | CS_STALE_AT_DEATH, ev->c);
     return 0;
 }
 
@@ -160,5 +177,6 @@ const cs_protocol cs_proto_numpy = {
         [CS_EV_NP_FOREIGN_FREE] = on_foreign_free,
         [CS_EV_NP_REACHABLE] = on_reachable,
         [CS_EV_NP_WRAP] = on_wrap,
+        [CS_EV_NP_ORPHAN] = on_orphan,
     },
 };

@@ -246,6 +246,8 @@ enum cs_event_kind {
     CS_EV_NP_WRAP = 21,     /* an extension made an array around the memory obj lies in
                              * (stack: where); a=array data, b=bytes spanned, c=lowest
                              * byte. Emitted just before the NP_FOREIGN_FREE of obj. */
+    CS_EV_NP_ORPHAN = 22,   /* the handler that made live block obj died (its struct or
+                             * ctx freed; stack: where): c=handler struct; extra=CS_STALE_* */
     /* DLPack again, from 24 */
     CS_EV_ERR_STATE = 24,   /* a capsule destructor (a = capsule) or a deleter (a = 0) returned
                              * with the Python error indicator changed: aux = CS_ERRST_* */
@@ -351,6 +353,9 @@ enum cs_stale {
     CS_STALE_CTX_FREED = 4, /* free() was called on the handler's ctx */
     CS_STALE_REPOINTED = 5, /* its ctx or functions were re-pointed in place since the alloc */
 };
+/* a numpy-stale-handler finding's detail: CS_STALE_* and, when it was told as
+ * the handler died (CS_EV_NP_ORPHAN) rather than at the free, this bit */
+enum { CS_STALE_AT_DEATH = 0x100 };
 
 /* CS_EV_NO_GIL aux: what was called */
 enum cs_nogil { CS_NOGIL_CAPSULE = 1, CS_NOGIL_HANDLER = 2, CS_NOGIL_IN_DELETER = 3 };

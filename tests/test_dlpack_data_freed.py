@@ -68,6 +68,24 @@ def test_arena_freed_whole_under_the_consumer(tmp_path, anypy, consumer, request
     assert len(findings(res.report)) == 1, summarize(res.report)
 
 
+@pytest.mark.parametrize("mode", ["bug", "fixed"])
+def test_arena_address_reused_by_default_handler(tmp_path, anypy, mode):
+    """Issue 44 item 3's other way round: after the arena closes, numpy's
+    default handler hands out the freed backing block's address again
+    while the arena's piece there still lives (two handlers' blocks at one
+    address, each freed through its own): only the bug's
+    dlpack-data-freed, and nothing for the fixed program."""
+    res = run_capsan(A, tmp_path, interpreter=anypy, args=[mode, "c", "numpy"])
+    assert res.returncode == (DEFAULT_EXITCODE if mode == "bug" else 0), res.describe()
+    assert "done" in res.stdout, res.describe()
+    if mode == "bug":
+        assert_finding_at(res, "dlpack-data-freed", A, "close", event="free")
+        assert kinds(res.report) == {"dlpack-data-freed"}, summarize(res.report)
+        assert len(findings(res.report)) == 1, summarize(res.report)
+    else:
+        assert findings(res.report) == [], summarize(res.report)
+
+
 @pytest.mark.parametrize("consumer", ["c", "torch"])
 def test_arena_kept_until_released_is_clean(tmp_path, anypy, consumer, request):
     """The consumer lets go before the arena closes: nothing, though the

@@ -159,6 +159,11 @@ def test_stale_handler_two_arrays(tmp_path, tag):
     F.check_stale_handler_two_arrays(tmp_path, np2(tag))
 
 
+@pytest.mark.parametrize("tag", FULL)
+def test_stale_handler_crash_at_first_free(tmp_path, tag):
+    F.check_stale_handler_crash_at_first_free(tmp_path, np2(tag))
+
+
 # ---------------------------------------------------------------- numpy-bad-handler
 
 @pytest.mark.parametrize("mode", sorted(F.BAD))

@@ -17,9 +17,9 @@ import sys
 
 import pytest
 
-from conftest import (DEFAULT_EXITCODE, SCENARIOS, STATIC_PY, assert_lsan_stderr, crash_reports,
-                      events_at, findings, marker_line, is_signal, kinds, process_of, run_capsan,
-                      run_plain, summarize)
+from conftest import (DEFAULT_EXITCODE, SCENARIOS, STATIC_PY, assert_lsan_stderr, capsan_report,
+                      check_crash_report, crash_reports, events_at, findings, marker_line,
+                      is_signal, kinds, process_of, run_capsan, run_plain, summarize)
 
 sys.path.insert(0, str(SCENARIOS))
 from np_testlib import assert_at, np_env, numpy_version, run_api, summarize_list  # noqa: E402
@@ -283,20 +283,32 @@ def test_pool_switch_clean(tmp_path):
     check_pool_switch_clean(tmp_path)
 
 
+def assert_told_at_death(fs, script, tags, why=""):
+    """One numpy-stale-handler for each block made at the lines `tags`,
+    told as its handler died (the destroy line), before any free: at its
+    alloc line, with a handler-died event at the destroy line."""
+    fs = [f for f in fs if f["kind"] == "numpy-stale-handler"]
+    assert len(fs) == len(tags), summarize_list(fs)
+    for tag in tags:
+        f = assert_at(fs, "numpy-stale-handler", script, tag, event="alloc")
+        assert events_at(f, script, marker_line(script, "destroy"), "handler-died"), f
+        assert "outlive memory handler" in f["message"] and why in f["message"], f["message"]
+    return fs
+
+
 def check_stale_handler_struct_freed(tmp_path, py=STATIC_PY):
     """The PyDataMem_Handler struct is free()d while an array still uses it.
     Whether the program then survives depends on whether malloc reused the
     168 bytes before numpy reads the free function from them (a real
-    use-after-free); the finding must be there, before any crash. Without
-    capsan, numpy 1.24 survives it; numpy 2.4 on CPython 3.11 dies of it
-    (SIGSEGV): either is the program's own doing."""
+    use-after-free); the finding is told as the struct is freed, before
+    any free through it. Without capsan, numpy 1.24 survives it; numpy 2.4
+    on CPython 3.11 dies of it (SIGSEGV): either is the program's own doing."""
     script = S / "np_stale.py"
     native = run_plain(script, args=["struct"], env=np_env(py), interpreter=py)
     assert ((native.returncode == 0 and "survived struct" in native.stdout)
             or is_signal(native.returncode, signal.SIGSEGV)), (native.returncode, native.stderr)
     res = run_capsan(script, tmp_path, args=["struct"], env=np_env(py), interpreter=py)
-    fs = report_findings(res)
-    assert_at(fs, "numpy-stale-handler", script, "free", event="free")
+    assert_told_at_death(report_findings(res), script, ["alloc"], "struct changed or was freed")
     assert kinds(res.report) == {"numpy-stale-handler"}, res.describe()
     if "survived struct" in res.stdout:
         assert res.returncode == DEFAULT_EXITCODE, res.describe()
@@ -311,13 +323,13 @@ def test_stale_handler_struct_freed(tmp_path):
 
 def check_stale_handler_ctx_freed(tmp_path, py=STATIC_PY):
     """The handler struct is intact, but free() was called on its ctx while
-    arrays it made were alive: freeing them through it is stale (capsan
+    arrays it made were alive: each is stale from that free() on (capsan
     watches free() of every known handler's ctx)."""
     script = S / "np_stale.py"
     res = run_capsan(script, tmp_path, args=["ctx"], env=np_env(py), interpreter=py)
     assert "survived ctx" in res.stdout, res.describe()
-    f = assert_at(report_findings(res), "numpy-stale-handler", script, "free", event="free")
-    assert "ctx was freed" in f["message"], f["message"]
+    assert_told_at_death(report_findings(res), script, ["alloc"], "ctx was freed")
+    assert kinds(res.report) == {"numpy-stale-handler"}, res.describe()
     assert res.returncode == DEFAULT_EXITCODE, res.describe()
 
 
@@ -326,34 +338,46 @@ def test_stale_handler_ctx_freed(tmp_path):
 
 
 def check_stale_handler_two_arrays(tmp_path, py=STATIC_PY):
-    """Two arrays outlive their handler's struct, which is freed: each free
-    through it is stale, and one may crash (on the reused struct). A
-    finding on the way into the crash is on record before it, every time:
-    the trace and the crash report hold one finding for each free reached,
-    the crashing one included, at its line."""
+    """Two arrays outlive their handler's struct, which is freed: each block
+    is stale from then on, and is told then, at its alloc line, whether a
+    later free through the dead handler crashes (on the reused struct) or
+    not: the verdict does not depend on what the crash interrupts."""
     script = S / "np_stale.py"
     res = run_capsan(script, tmp_path, args=["two"], env=np_env(py), interpreter=py)
-    fs = [f for f in report_findings(res) if f["kind"] == "numpy-stale-handler"]
     # a crash leaves the array not yet freed live at the end (a warning)
     assert kinds(res.report) - {"live-at-exit"} == {"numpy-stale-handler"}, res.describe()
+    assert_told_at_death(report_findings(res), script, ["alloc", "alloc2"])
     if "survived two" in res.stdout:
-        reached = ["free", "free2"]
         assert res.returncode == DEFAULT_EXITCODE, res.describe()
     else:
         [rep] = crash_reports(res.stderr)
-        m = re.search(r"innermost first:\n    #0 \S*np_stale\.py:(\d+) in run$", rep, re.M)
-        assert m, rep
-        at = int(m.group(1))
-        assert at in (marker_line(script, "free"), marker_line(script, "free2")), rep
-        reached = ["free"] if at == marker_line(script, "free") else ["free", "free2"]
-        assert f"{len(reached)} finding(s) reported before the crash" in rep, rep
-    assert len(fs) == len(reached), (reached, res.describe())
-    for tag in reached:
-        assert_at(fs, "numpy-stale-handler", script, tag, event="free")
+        assert "2 finding(s) reported before the crash" in rep, rep
 
 
 def test_stale_handler_two_arrays(tmp_path):
     check_stale_handler_two_arrays(tmp_path)
+
+
+def check_stale_handler_crash_at_first_free(tmp_path, py=STATIC_PY):
+    """Issue 44: the program dies (SIGSEGV) at its first free through the
+    dead handler. Every block the handler still owned is in the crashed
+    run's trace all the same, each at its alloc line: they were told when
+    the handler died, not left to frees the crash never reaches."""
+    script = S / "np_stale.py"
+    res = run_capsan(script, tmp_path, args=["crash"], env=np_env(py), interpreter=py)
+    assert res.returncode < 0 or res.returncode > 128, res.describe()
+    assert "survived" not in res.stdout, res.describe()
+    rep, trace = check_crash_report(res.stderr, "SEGV",
+                                    f"np_stale.py:{marker_line(script, 'free')} in run")
+    assert "2 finding(s) reported before the crash" in rep, rep
+    # the trace of the crashed run, rendered on its own
+    _, from_trace = capsan_report([trace])
+    assert kinds(from_trace) - {"live-at-exit"} == {"numpy-stale-handler"}, summarize(from_trace)
+    assert_told_at_death(findings(from_trace), script, ["alloc", "alloc2"])
+
+
+def test_stale_handler_crash_at_first_free(tmp_path):
+    check_stale_handler_crash_at_first_free(tmp_path)
 
 
 def check_exit_leaks_grouped_live(tmp_path, py=STATIC_PY):

@@ -62,6 +62,9 @@ CASES = [
     ("np_stale.py", ["struct"], "static", None),
     ("np_stale.py", ["struct"], "cp311", SHORT),
     ("np_stale.py", ["ctx"], "static", None),
+    # issue 44: killed at its first stale free, every block of the dead
+    # handler still on record
+    ("np_stale.py", ["crash"], "static", SHORT),
     ("np_stale.py", ["swap"], "static", None),
     ("np_owndata.py", ["offset16"], "static", None),
     ("np_owndata.py", ["double"], "static", None),

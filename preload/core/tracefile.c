@@ -66,13 +66,36 @@ static int tsc_invariant(void)
     return strstr(buf, " constant_tsc") && strstr(buf, " nonstop_tsc");
 }
 
+/* The TSC and CLOCK_MONOTONIC read together: the TSC on either side of
+ * the kernel's clock, the narrowest of a few tries, the TSC taken at its
+ * middle. A thread preempted between two plain reads (a busy machine)
+ * would pair a tick with a time milliseconds later, and every time read
+ * through that pair would run ahead by as much. */
+static void tsc_pair(uint64_t *tsc, uint64_t *ns)
+{
+    uint64_t best = UINT64_MAX;
+    for (int i = 0; i < 4; i++) {
+        uint64_t a = __rdtsc(), n = mono_ns(), b = __rdtsc();
+        if (b - a < best) {
+            best = b - a;
+            *tsc = a + (b - a) / 2;
+            *ns = n;
+        }
+        if (best < 2000)
+            break;
+    }
+}
+
 void cs_clock_init(void)
 {
     tsc_usable = tsc_invariant();
-    anchor_ns = mono_ns();
-    anchor_tsc = __rdtsc();
+    tsc_pair(&anchor_tsc, &anchor_ns);
 }
 
+/* A new clock from tick t on. It never starts behind where the current
+ * one stands at t: stamps only grow (a forked child's objects are told
+ * from what it inherited by their stamp against the fork's, young.c
+ * orders lives by them), though the current clock ran fast. */
 static void reanchor(uint64_t t)
 {
     static cs_spin mu = CS_SPIN_INIT;
@@ -80,15 +103,18 @@ static void reanchor(uint64_t t)
     const clk *c = atomic_load(&cur_clk);
     if (!c || t >= c->next) {
         unsigned i = atomic_load(&nclk);
-        uint64_t ns = mono_ns();
-        uint64_t dt = t - anchor_tsc, dns = ns - anchor_ns;
-        if (i < 64 && dt > 0 && dns >= 1000000) {
+        uint64_t tn, ns;
+        tsc_pair(&tn, &ns);
+        uint64_t dt = tn - anchor_tsc, dns = ns - anchor_ns;
+        if (i < 64 && tn > anchor_tsc && dns >= 1000000) {
             clk *n = &clocks[i];
-            n->tsc0 = t;
-            n->ns0 = ns;
+            uint64_t at = c ? c->ns0 + (uint64_t)(((unsigned __int128)(tn - c->tsc0) * c->mult) >> 32)
+                            : 0;
+            n->tsc0 = tn;
+            n->ns0 = ns > at ? ns : at;
             n->mult = (uint64_t)(((unsigned __int128)dns << 32) / dt);
             /* next anchor after twice the span measured so far */
-            n->next = t + (dt < (1ull << 40) ? dt : (1ull << 40));
+            n->next = tn + (dt < (1ull << 40) ? dt : (1ull << 40));
             atomic_store(&nclk, i + 1);
             atomic_store(&cur_clk, n);
         } else if (i >= 64 && c) {
@@ -109,6 +135,9 @@ uint64_t cs_now_ns_slow(void)
         c = atomic_load_explicit(&cur_clk, memory_order_acquire);
         if (!c)
             return mono_ns(); /* the first millisecond: not calibrated yet */
+        t = __rdtsc(); /* past the new clock's tick, which was read after t */
+        if (t < c->tsc0)
+            t = c->tsc0;
     }
     return c->ns0 + (uint64_t)(((unsigned __int128)(t - c->tsc0) * c->mult) >> 32);
 }

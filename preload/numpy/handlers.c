@@ -171,12 +171,25 @@ void cs_np_check_export_device(const void *managed, int versioned)
  * saw staleness() compare the freed bytes) */
 void note_ctx_free(uintptr_t p)
 {
+    /* the handlers this free() kills, told after hmu is let go (telling
+     * them judges blocks under the lifecycle's locks) */
+    const void *died[8];
+    uint32_t why[8];
+    int nd = 0;
     hmu_lock();
     for (int i = 0; i < nhandlers; i++) {
-        if ((uintptr_t)handlers[i].snap.allocator.ctx == p && !handlers[i].gone)
-            handlers[i].ctx_freed = 1;
-        if ((uintptr_t)handlers[i].h == p)
-            handlers[i].freed = 1;
+        known *k = &handlers[i];
+        int was_whole = !k->gone && !k->freed && !k->ctx_freed;
+        if ((uintptr_t)k->snap.allocator.ctx == p && !k->gone)
+            k->ctx_freed = 1;
+        if ((uintptr_t)k->h == p)
+            k->freed = 1;
+        if (was_whole && (k->freed || k->ctx_freed) && nd < 8) {
+            died[nd] = k->h;
+            why[nd++] = k->freed ? CS_STALE_CHANGED : CS_STALE_CTX_FREED;
+        }
     }
     hmu_unlock();
+    for (int i = 0; i < nd; i++)
+        cs_np_orphans(died[i], why[i]);
 }

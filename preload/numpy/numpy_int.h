@@ -82,6 +82,11 @@ void remember(const np_handler *h);
 void forget(const np_handler *h);
 void note_ctx_free(uintptr_t p); /* free() of a handler's ctx or struct */
 
+/* ---- orphans.c ---- */
+/* the handler just died (why: CS_STALE_*): each live block it made is
+ * reported stale now */
+void cs_np_orphans(const void *handler, uint32_t why);
+
 /* ---- free_hooks.c ---- */
 /* where numpy's array_dealloc calls free() (see hook_free): the return
  * addresses of its free() calls, 0 until learned */

@@ -9,7 +9,10 @@ one and a piece, which is no numpy-double-free or numpy-stale-handler.
 argv[1]: "bug" (close the arena while the consumer holds the tensor) or
 "fixed" (the consumer releases it first).
 argv[2]: the consumer: "c" (dlconsumer.consume_hold, a C extension that
-holds the DLManagedTensor) or "torch" (torch.from_dlpack)."""
+holds the DLManagedTensor) or "torch" (torch.from_dlpack).
+argv[3]: what reuses the freed backing block: "bytes" (the default) or
+"numpy" (arrays through the default handler: the backing block's address
+handed out again while the arena's piece there still lives)."""
 import sys
 
 import numpy as np
@@ -18,6 +21,7 @@ import np_arena
 
 bug = sys.argv[1] == "bug"
 who = sys.argv[2] if len(sys.argv) > 2 else "c"
+reuse = sys.argv[3] if len(sys.argv) > 3 else "bytes"
 if who == "torch":
     import torch
 else:
@@ -40,7 +44,8 @@ if not bug:
     else:
         dlconsumer.release_holds()
 np_arena.close(prev)  # <-- close
-junk = [bytes(1 << 16) for _ in range(2)]  # the allocator reuses what it got back
+# the allocator reuses what it got back
+junk = [np.ones(1 << 13) if reuse == "numpy" else bytes(1 << 16) for _ in range(2)]
 if bug:
     if who == "torch":
         print("after", float(t[1]), flush=True)

@@ -3,7 +3,9 @@ from the np_stalehandler extension.
 
 argv[1]: struct (free the PyDataMem_Handler), ctx (free its ctx), swap
 (overwrite its free function in place), two (free the struct while two
-arrays use it: each free is stale, and the second may crash).
+arrays use it: each block is stale from then on, and a free may crash),
+crash (as two, and the first free through the dead handler dies of
+SIGSEGV: both blocks must be on record before it).
 argv[2]: "trace" to run it inside capsan.trace() and print its findings.
 """
 import sys
@@ -22,9 +24,11 @@ if traced:
 def run():
     old = S.install()  # <-- install
     a = np.ones(1000)  # <-- alloc
-    a2 = np.ones(1000) if what == "two" else None  # <-- alloc2
+    a2 = np.ones(1000) if what in ("two", "crash") else None  # <-- alloc2
     S.set_handler(old)
-    S.destroy("struct" if what == "two" else what)  # <-- destroy
+    S.destroy("struct" if what in ("two", "crash") else what)  # <-- destroy
+    if what == "crash":
+        S.crash_next_free()
     del a  # <-- free
     del a2  # <-- free2
     b = np.ones(1000)  # a new array: the default handler again
