@@ -226,7 +226,7 @@ FLOOR_LIB := $(B)/floor/lib/libcapsan.so
 floor-lib:
 	@$(MAKE) --no-print-directory B=$(B)/floor RT_DEFS=-DCS_BENCH_FLOOR $(FLOOR_LIB)
 
-bench: all fixtures venvs arrow-venvs floor-lib
+bench: all fixtures venvs arrow-venvs newest floor-lib
 	@BENCH_FLOOR_LIB=$(abspath $(FLOOR_LIB)) $(PYTHON) bench/run.py
 	@$(PYTHON) bench/plugin_cost.py --real
 
