@@ -17,6 +17,8 @@ import time
 import numpy as np
 import pyarrow as pa
 
+import loopmark  # bench/loopmark.py
+
 threads = int(sys.argv[1]) if len(sys.argv) > 1 else 1
 n = int(sys.argv[2]) if len(sys.argv) > 2 else 20000
 go = threading.Barrier(threads + 1)
@@ -49,11 +51,13 @@ def work(k):
 ts = [threading.Thread(target=work, args=(k,)) for k in range(threads)]
 for t in ts:
     t.start()
+loopmark.loop_starts()  # callgrind counts every thread from here (bench/icount.py)
 go.wait()
 t0, c0 = time.perf_counter(), time.process_time()
 for t in ts:
     t.join()
 t1, c1 = time.perf_counter(), time.process_time()
+loopmark.loop_ends()
 gil = sys._is_gil_enabled() if hasattr(sys, "_is_gil_enabled") else True
 print(f"gil={gil}", file=sys.stderr)
 print(t1 - t0, c1 - c0)

@@ -28,7 +28,9 @@ ft_scaling(): W6 (bench/ft_threads.py) on the free-threaded 3.13t of
 `make newest`, the GIL off: DLPack and Arrow exchanges on 1, 2 and 8
 threads at once, plain and under capsan, interleaved; capsan's ratio at
 each thread count side by side, which must not grow with the threads.
-BENCH_ONLY=ft runs only that; BENCH_FT_ROUNDS sets the rounds a thread.
+Then the same under callgrind: capsan's instructions a round at each
+thread count (BENCH_FT_CG=0 leaves that out). BENCH_ONLY=ft runs only
+that; BENCH_FT_ROUNDS sets the rounds a thread.
 
 icount.main() (bench/icount.py): instructions per loop iteration of W1,
 W2 and W3 under callgrind, plain, under capsan (stacks on, off) and under
@@ -38,6 +40,7 @@ import glob
 import json
 import os
 import resource
+import shutil
 import statistics
 import struct
 import subprocess
@@ -597,6 +600,49 @@ def ft_scaling():
         verdict = "flat" if g <= FT_GROWTH else "GROWS"
         print(f"  {what} ratio at {hi} threads over {lo}: {g:.2f} ({verdict}, flat up to "
               f"{FT_GROWTH:.2f})")
+    if os.environ.get("BENCH_FT_CG", "1") != "0":
+        ft_instructions(py, script)
+
+
+def ft_instructions(py, script):
+    """W6 under callgrind, the same total rounds at each thread count,
+    counted from the threads' start to their end (bench/loopmark.py):
+    instructions a round, plain and under capsan. Callgrind runs one
+    thread at a time, so this shows whether capsan's paths change with
+    the threads (a lock's slow path, a spin, an event judged elsewhere),
+    not what cache lines shared between cores cost."""
+    if shutil.which("valgrind") is None:
+        print("  W6 instruction counts: skipped, no valgrind")
+        return
+    os.makedirs(os.path.dirname(icount.MARK_SO), exist_ok=True)
+    subprocess.run(["cc", "-O2", "-fPIC", "-shared", "-Wall", "-Wextra", "-Werror", "-o",
+                    icount.MARK_SO, os.path.join(ROOT, "bench", "cgmark.c")], check=True)
+    total = int(os.environ.get("BENCH_FT_CG_ROUNDS", "8000"))
+    print(f"  under callgrind ({total} rounds in all at each thread count), instructions a round:")
+    for k in FT_THREADS:
+        per = {}
+        for c in ("plain", "capsan"):
+            d = tempfile.mkdtemp(prefix="capsan-bench-ftcg-")
+            env = dict(os.environ, BENCH_CG_MARK=icount.MARK_SO, PYTHONHASHSEED="0")
+            env.pop("LD_PRELOAD", None)
+            if c == "capsan":
+                env["LD_PRELOAD"] = LIB
+                env["CAPSAN_OPTIONS"] = f"log_path={d}/t:keep_trace=always:exitcode=0"
+            out = os.path.join(d, "cg.out")
+            cmd = ["valgrind", "--tool=callgrind", "--instr-atstart=no", "--trace-children=no",
+                   "--dump-instr=no", f"--callgrind-out-file={out}", py, script, str(k),
+                   str(total // k)]
+            try:
+                subprocess.run(cmd, env=env, cwd=d, check=True, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+                if c == "capsan" and icount.trace_summary(d) is None:
+                    raise SystemExit(f"capsan wrote no trace under callgrind: {' '.join(cmd)}")
+                per[c] = icount.totals(out + ".1") / total
+            finally:
+                subprocess.run(["rm", "-rf", d])
+        print(f"    {k} thread{'s' if k > 1 else ' '}: plain {per['plain']:.0f}, capsan "
+              f"{per['capsan']:.0f} (+{per['capsan'] - per['plain']:.0f}), "
+              f"ratio {per['capsan'] / per['plain']:.2f}x")
 
 
 def startup():
