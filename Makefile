@@ -9,6 +9,7 @@
 #   make fuzz FUZZ_SECONDS=N   fuzz `capsan report` (libFuzzer, ASan+UBSan)
 #   make asan       the runtime under ASan over the DLPack and NumPy scenarios
 #   make stress     tests/test_stress.py 20 times in a row, large (STRESS_RUNS=, STRESS_SCALE=)
+#   make stress-ft  the free-threaded stress, 60 s, 20 times in a row beside a CPU hog (FT_RUNS=, FT_SECONDS=)
 #   make install PREFIX=/usr/local
 #   make test-install  pip install . into a fresh venv of each CPython 3.10-3.13, and make install
 #   make wheel      a manylinux wheel that needs only glibc: build/wheel/capsan-*.whl
@@ -228,7 +229,7 @@ FLOOR_LIB := $(B)/floor/lib/libcapsan.so
 floor-lib:
 	@$(MAKE) --no-print-directory B=$(B)/floor RT_DEFS=-DCS_BENCH_FLOOR $(FLOOR_LIB)
 
-bench: all fixtures venvs arrow-venvs floor-lib
+bench: all fixtures venvs arrow-venvs newest floor-lib
 	@BENCH_FLOOR_LIB=$(abspath $(FLOOR_LIB)) $(PYTHON) bench/run.py
 	@$(PYTHON) bench/plugin_cost.py --real
 
@@ -414,6 +415,32 @@ stress: all fixtures fixtures-current
 	  echo "stress: pass $$i/$(STRESS_RUNS) ok in $${secs}s: $$(tail -n 1 $(B)/stress/pass-$$i.log)"; \
 	done; \
 	echo "stress: $$passed of $(STRESS_RUNS) passes ok (scale $(STRESS_SCALE), $$(( $$(date +%s) - start ))s in all)"
+
+# ---- free-threaded stress (issue 43) ----------------------------------------
+# tests/test_ft_stress.py: 8 threads of numpy and pyarrow exchanging DLPack
+# tensors and Arrow streams on the free-threaded 3.13t, the GIL off. make
+# test runs it for 5 s; this runs it FT_RUNS times for FT_SECONDS each with
+# a CPU hog on every core beside it (test_repeat.py's) and stops at the
+# first failure (each pass's pytest output: build/stress-ft/pass-N.log).
+FT_RUNS    ?= 20
+FT_SECONDS ?= 60
+.PHONY: stress-ft
+stress-ft: all fixtures newest
+	@mkdir -p $(B)/stress-ft
+	@passed=0; start=$$(date +%s); \
+	for i in $$(seq 1 $(FT_RUNS)); do \
+	  t0=$$(date +%s); \
+	  (cd tests && CAPSAN_FT_SECONDS=$(FT_SECONDS) CAPSAN_FT_HOG=1 $(PYTHON) -m pytest -q \
+	    -p no:cacheprovider -x -rs -s test_ft_stress.py -k exchanges_report_nothing $(PYTEST_ARGS)) > $(B)/stress-ft/pass-$$i.log 2>&1; rc=$$?; \
+	  secs=$$(( $$(date +%s) - t0 )); \
+	  if [ $$rc -ne 0 ] || grep -q skipped $(B)/stress-ft/pass-$$i.log; then \
+	    cat $(B)/stress-ft/pass-$$i.log; \
+	    echo "stress-ft: pass $$i FAILED after $${secs}s; $$passed of $(FT_RUNS) passes ok"; exit 1; \
+	  fi; \
+	  passed=$$((passed + 1)); \
+	  echo "stress-ft: pass $$i/$(FT_RUNS) ok in $${secs}s: $$(grep -o 'ft stress:.*' $(B)/stress-ft/pass-$$i.log)"; \
+	done; \
+	echo "stress-ft: $$passed of $(FT_RUNS) passes ok ($(FT_SECONDS) s each, $$(( $$(date +%s) - start ))s in all)"
 
 clean:
 	rm -rf $(B)

@@ -24,6 +24,14 @@ xapi_calls(): W3 (bench/xapi_calls.py), 200,000 tvm-ffi calls taking and
 returning a torch tensor, on the cp311 venv (apache-tvm-ffi); skipped
 with a message where tvm_ffi does not import. BENCH_ONLY=w3 runs only that.
 
+ft_scaling(): W6 (bench/ft_threads.py) on the free-threaded 3.13t of
+`make newest`, the GIL off: DLPack and Arrow exchanges on 1, 2 and 8
+threads at once, plain and under capsan, interleaved; capsan's ratio at
+each thread count side by side, which must not grow with the threads.
+Then the same under callgrind: capsan's instructions a round at each
+thread count (BENCH_FT_CG=0 leaves that out). BENCH_ONLY=ft runs only
+that; BENCH_FT_ROUNDS sets the rounds a thread.
+
 icount.main() (bench/icount.py): instructions per loop iteration of W1,
 W2 and W3 under callgrind, plain, under capsan (stacks on, off) and under
 memray: the figures that do not drift. It runs first; BENCH_ONLY=icount
@@ -32,6 +40,7 @@ import glob
 import json
 import os
 import resource
+import shutil
 import statistics
 import struct
 import subprocess
@@ -503,6 +512,139 @@ def longrun():
         subprocess.run(["rm", "-rf", tmp])
 
 
+FT_THREADS = (1, 2, 8)
+FT_GROWTH = 1.15  # the 8-thread ratio over the 1-thread one that still counts as flat
+
+
+def ft_python():
+    """The free-threaded 3.13t's python from build/newest.txt (on the host:
+    no chroot), or None."""
+    try:
+        with open(os.path.join(ROOT, "build", "newest.txt")) as f:
+            for line in f:
+                tag, root, py, _ = (line.split() + ["", "", "", ""])[:4]
+                if tag == "cp313t" and root == "-":
+                    return py
+    except OSError:
+        pass
+    return None
+
+
+def ft_scaling():
+    """W6 (bench/ft_threads.py): every thread does the same rounds, so the
+    work grows with the threads. Each repetition runs every thread count
+    plain and under capsan (stacks on) back to back: a phase of the shared
+    VM weighs on both. Printed per thread count: the medians, capsan's
+    ratio of medians by wall and by CPU time, and the range of the
+    per-repetition ratios; then whether the ratio grows from 1 to 8
+    threads. With fewer cores than threads the threads take turns: the
+    ratio still says whether capsan's share of the work grows, not whether
+    8 threads run 8 times as fast."""
+    py = ft_python()
+    if not py:
+        print("W6 free-threaded exchanges: skipped, no cp313t (make newest)")
+        return
+    probe = subprocess.run([py, "-c", "import sys, numpy, pyarrow; print(numpy.__version__, "
+                            "pyarrow.__version__, sys._is_gil_enabled())"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if probe.returncode != 0:
+        print(f"W6 free-threaded exchanges: skipped, numpy or pyarrow does not import in {py}")
+        return
+    np_v, pa_v, gil = probe.stdout.split()
+    n = os.environ.get("BENCH_FT_ROUNDS", "30000")
+    script = os.path.join(ROOT, "bench", "ft_threads.py")
+    tmp = tempfile.mkdtemp(prefix="capsan-bench-ft-")
+    times = {(k, c): [] for k in FT_THREADS for c in ("plain", "capsan")}
+    notes = set()
+    try:
+        for _ in range(REPEAT):
+            for k in FT_THREADS:
+                for c in ("plain", "capsan"):
+                    env = dict(os.environ)
+                    env.pop("LD_PRELOAD", None)
+                    if c == "capsan":
+                        env["LD_PRELOAD"] = LIB
+                        env["CAPSAN_OPTIONS"] = f"log_path={tmp}/t:keep_trace=always:exitcode=0"
+                    times[(k, c)].append(timed([py, script, str(k), n], env, True, notes))
+    finally:
+        subprocess.run(["rm", "-rf", tmp])
+    print(f"W6 free-threaded DLPack and Arrow exchanges (bench/ft_threads.py, {n} rounds a "
+          f"thread), cp313t: numpy {np_v}, pyarrow {pa_v}, GIL {'on' if gil == 'True' else 'off'}, "
+          f"{os.cpu_count()} cores; medians of {REPEAT}, capsan with stacks:")
+    med = statistics.median
+    ratio = {}
+    for k in FT_THREADS:
+        p, c = times[(k, "plain")], times[(k, "capsan")]
+        rw = med(t[0] for t in c) / med(t[0] for t in p)
+        rc = med(t[1] for t in c) / med(t[1] for t in p)
+        each_w = [b[0] / a[0] for a, b in zip(p, c)]
+        each_c = [b[1] / a[1] for a, b in zip(p, c)]
+        ratio[k] = (rw, rc)
+        print(f"  {k} thread{'s' if k > 1 else ' '}: plain {med(t[0] for t in p):.3f}s wall "
+              f"{med(t[1] for t in p):.3f}s CPU, capsan {med(t[0] for t in c):.3f}s wall "
+              f"{med(t[1] for t in c):.3f}s CPU | ratio wall {rw:.2f}x "
+              f"({min(each_w):.2f}..{max(each_w):.2f}), CPU {rc:.2f}x "
+              f"({min(each_c):.2f}..{max(each_c):.2f})")
+    for note in sorted(notes):
+        print(f"    (findings under capsan: {note})")
+    for k in FT_THREADS:
+        noise = [t[0] for t in times[(k, "plain")]]
+        if max(noise) / min(noise) > 1.15:
+            print(f"  note: the plain {k}-thread runs varied by "
+                  f"{100 * (max(noise) / min(noise) - 1):.0f}%: a noisy phase, run again "
+                  f"(BENCH_REPEAT raises the runs)")
+            break
+    lo, hi = FT_THREADS[0], FT_THREADS[-1]
+    for i, what in ((0, "wall"), (1, "CPU")):
+        g = ratio[hi][i] / ratio[lo][i]
+        verdict = "flat" if g <= FT_GROWTH else "GROWS"
+        print(f"  {what} ratio at {hi} threads over {lo}: {g:.2f} ({verdict}, flat up to "
+              f"{FT_GROWTH:.2f})")
+    if os.environ.get("BENCH_FT_CG", "1") != "0":
+        ft_instructions(py, script)
+
+
+def ft_instructions(py, script):
+    """W6 under callgrind, the same total rounds at each thread count,
+    counted from the threads' start to their end (bench/loopmark.py):
+    instructions a round, plain and under capsan. Callgrind runs one
+    thread at a time, so this shows whether capsan's paths change with
+    the threads (a lock's slow path, a spin, an event judged elsewhere),
+    not what cache lines shared between cores cost."""
+    if shutil.which("valgrind") is None:
+        print("  W6 instruction counts: skipped, no valgrind")
+        return
+    os.makedirs(os.path.dirname(icount.MARK_SO), exist_ok=True)
+    subprocess.run(["cc", "-O2", "-fPIC", "-shared", "-Wall", "-Wextra", "-Werror", "-o",
+                    icount.MARK_SO, os.path.join(ROOT, "bench", "cgmark.c")], check=True)
+    total = int(os.environ.get("BENCH_FT_CG_ROUNDS", "8000"))
+    print(f"  under callgrind ({total} rounds in all at each thread count), instructions a round:")
+    for k in FT_THREADS:
+        per = {}
+        for c in ("plain", "capsan"):
+            d = tempfile.mkdtemp(prefix="capsan-bench-ftcg-")
+            env = dict(os.environ, BENCH_CG_MARK=icount.MARK_SO, PYTHONHASHSEED="0")
+            env.pop("LD_PRELOAD", None)
+            if c == "capsan":
+                env["LD_PRELOAD"] = LIB
+                env["CAPSAN_OPTIONS"] = f"log_path={d}/t:keep_trace=always:exitcode=0"
+            out = os.path.join(d, "cg.out")
+            cmd = ["valgrind", "--tool=callgrind", "--instr-atstart=no", "--trace-children=no",
+                   "--dump-instr=no", f"--callgrind-out-file={out}", py, script, str(k),
+                   str(total // k)]
+            try:
+                subprocess.run(cmd, env=env, cwd=d, check=True, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+                if c == "capsan" and icount.trace_summary(d) is None:
+                    raise SystemExit(f"capsan wrote no trace under callgrind: {' '.join(cmd)}")
+                per[c] = icount.totals(out + ".1") / total
+            finally:
+                subprocess.run(["rm", "-rf", d])
+        print(f"    {k} thread{'s' if k > 1 else ' '}: plain {per['plain']:.0f}, capsan "
+              f"{per['capsan']:.0f} (+{per['capsan'] - per['plain']:.0f}), "
+              f"ratio {per['capsan'] / per['plain']:.2f}x")
+
+
 def startup():
     """import numpy, torch: capsan patches each new object once (target 1.3x).
     BENCH_ONLY=startup runs only this."""
@@ -539,10 +681,14 @@ def main():
     if os.environ.get("BENCH_ONLY") == "longrun":
         longrun()
         return
+    if os.environ.get("BENCH_ONLY") == "ft":
+        ft_scaling()
+        return
     icount.main()
     roundtrips()
     xapi_calls()
     arrow_exchange()
+    ft_scaling()
     numpy_alloc()
     startup()
     allocator_cost()
