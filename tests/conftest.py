@@ -14,6 +14,7 @@ directory on sys.path).
 from __future__ import annotations
 
 import atexit
+import ctypes
 import json
 import os
 import re
@@ -22,6 +23,7 @@ import shlex
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -586,3 +588,31 @@ def apy_tag(request):
 def apy(apy_tag):
     """The Arrow venv's python, for CPython 3.11 and 3.13."""
     return apy_tag[0]
+
+
+# ---- a loaded machine (test_repeat.py, test_free_threaded.py, test_ft_stress.py) ----
+
+def _die_with_parent():
+    """A hog dies with the test process, however that ends (even SIGKILL)."""
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    os.setsid()
+
+
+@pytest.fixture(scope="module")
+def hog():
+    """A busy loop on every core beside the runs, killed at the end of the
+    module (a failure and ^C included: the finalizer, and PDEATHSIG if the
+    test process itself dies)."""
+    procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"],
+                              stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent)
+             for _ in range(os.cpu_count() or 2)]
+    try:
+        yield procs
+    finally:
+        for p in procs:
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        for p in procs:
+            p.wait()

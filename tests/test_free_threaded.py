@@ -16,10 +16,8 @@
 CAPSAN_REPEAT=N runs each finding's scenario N times beside a busy loop on
 every core (3 by default) and asks for one verdict."""
 import collections
-import ctypes
 import json
 import os
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -264,28 +262,6 @@ def test_blocks_freed_on_other_threads_after_their_handler_scope(tmp_path):
 
 
 # ---- the same verdict every run, the machine loaded ----
-
-def _die_with_parent():
-    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    os.setsid()
-
-
-@pytest.fixture(scope="module")
-def hog():
-    procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"],
-                              stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent)
-             for _ in range(os.cpu_count() or 2)]
-    try:
-        yield procs
-    finally:
-        for p in procs:
-            try:
-                os.killpg(p.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        for p in procs:
-            p.wait()
-
 
 def verdict(res, script):
     """exit status, and each finding's kind with the Python lines of

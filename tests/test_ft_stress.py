@@ -14,7 +14,6 @@ import re
 import pytest
 
 from conftest import findings, newest_python, run_newest, SCENARIOS, summarize
-from test_repeat import hog  # noqa: F401  (the fixture, asked for by name below)
 
 SECONDS = float(os.environ.get("CAPSAN_FT_SECONDS", "5"))
 THREADS = 8

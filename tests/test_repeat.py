@@ -8,11 +8,8 @@ CAPSAN_REPEAT=N runs every case of CASES N times (`make test-repeat`,
 N=20 by default). Without it, `make test` runs the short form: the cases
 marked SHORT, 3 times each (about two minutes on 2 cores)."""
 import collections
-import ctypes
 import os
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -123,32 +120,6 @@ def interpreter(tag):
         require_fixtures()
         return INTERPRETERS[tag]
     return current_python(tag)
-
-
-def _die_with_parent():
-    """A hog dies with the test process, however that ends (even SIGKILL)."""
-    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    os.setsid()
-
-
-@pytest.fixture(scope="module")
-def hog():
-    """A busy loop on every core beside the runs, killed at the end of the
-    module (a failure and ^C included: the finalizer, and PDEATHSIG if the
-    test process itself dies)."""
-    procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"],
-                              stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent)
-             for _ in range(os.cpu_count() or 2)]
-    try:
-        yield procs
-    finally:
-        for p in procs:
-            try:
-                os.killpg(p.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        for p in procs:
-            p.wait()
 
 
 def primary_line(finding):
