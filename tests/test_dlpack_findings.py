@@ -186,16 +186,19 @@ def test_released_struct_reused_without_quarantine_crashes(tmp_path):
     """The bug quarantine is for: a producer's destructor releases a tensor
     its consumer holds and frees the struct; malloc hands the block to the
     next request, and the consumer's release jumps through what it holds
-    now. On Debian's python3 the block is reused (elsewhere glibc may
-    coalesce it instead, and abort on the data's double free): natively and
-    with quarantine_count=0 that is a SIGSEGV, and no double delete can be
-    reported."""
+    now. Where the block is reused that is a SIGSEGV; where glibc coalesced
+    it instead, an abort on the data's double free. Which one depends on the
+    heap's layout, which the environment's size alone moves (a checkout at
+    another path turned Debian's python3 from the first to the second):
+    natively and with quarantine_count=0 the program dies either way, and no
+    double delete can be reported."""
     script = S / "dl_released_reused.py"
+    crashed = lambda rc: is_signal(rc, signal.SIGSEGV) or is_signal(rc, signal.SIGABRT)
     native = run_plain(script)
-    assert is_signal(native.returncode, signal.SIGSEGV), (native.returncode, native.stderr)
+    assert crashed(native.returncode), (native.returncode, native.stderr)
     assert "released" not in native.stdout
     res = run_capsan(script, tmp_path, options=["quarantine_count=0"])
-    assert is_signal(res.returncode, signal.SIGSEGV), res.describe()
+    assert crashed(res.returncode), res.describe()
     assert kinds(res.report) == {"dlpack-unchecked-destructor"}, res.describe()
 
 
