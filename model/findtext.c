@@ -127,10 +127,7 @@ const char *cs_event_phrase(const cs_finding *f, int i)
                                                : "its handler's struct freed, the block still alive, at";
     case CS_EV_ERR_STATE:
         return ev->a ? "its capsule destructor returned at" : "its deleter returned at";
-    case CS_EV_REEXPORT:
-        return ev->aux == CS_REEXPORT_RO_LEGACY ? "re-exported as a legacy tensor, which cannot say read-only, at"
-               : ev->aux ? "re-exported without its READ_ONLY flag at"
-                         : "re-exported from its data field, byte_offset dropped, at";
+    case CS_EV_REEXPORT: return "re-exported from its data field, byte_offset dropped, at";
     case CS_EV_NP_REACHABLE:
     case CS_EV_REACHABLE:
         return ev->aux == CS_WHERE_THREAD
@@ -477,15 +474,6 @@ const char *cs_finding_message(const cs_finding *f, char *buf, size_t n)
             snprintf(buf, n, "%s 0x%llx has byte_offset %llu but was consumed by a consumer that "
                      "ignores byte_offset (torch): it reads the wrong elements", t, p,
                      (unsigned long long)f->value);
-        break;
-    case CS_KIND_DLPACK_READ_ONLY_DROPPED:
-        snprintf(buf, n, "%s 0x%llx is READ_ONLY (DLPACK_FLAG_BITMASK_READ_ONLY), but its consumer "
-                 "re-exported the same memory %s: the next consumer may write into read-only "
-                 "memory (a file mapping or shared buffer: a crash or a corrupted source); keep "
-                 "the flag (R20), or copy", t, p,
-                 f->detail == CS_REEXPORT_RO_LEGACY
-                     ? "as a legacy DLManagedTensor, which has no flags to say so"
-                     : "as a versioned tensor with READ_ONLY cleared");
         break;
     case CS_KIND_CAPSULE_NO_GIL:
         if (nogil_ft(f))

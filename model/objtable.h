@@ -39,7 +39,6 @@
 #define OF_PY_HELD 0x100000  /* with OF_REACHABLE: reached from Python at atexit, and alive
                               * after finalization (which a leak that holds it explains) */
 #define OF_STALE_TOLD 0x200000 /* numpy-stale-handler already reported (its handler died) */
-#define OF_RO_DROPPED 0x400000 /* a re-export without its READ_ONLY flag already reported */
 #define OF_VIEW 0x4000      /* a non-owning exchange-API view: never a leak (R53) */
 #define OF_UNRENAMED 0x400   /* released while its capsule still had the unconsumed name:
                               * dlpack-not-renamed unless the consumer renames it next */

@@ -397,19 +397,13 @@ static unsigned on_err_state(cs_lifecycle *lc, stripe *st, obj *o, const cs_even
 }
 
 /* R17: its consumer ignored byte_offset and handed the memory on from the
- * data field (reexport.c); R20: or handed READ_ONLY memory on without the
- * flag (readonly.c): each said once per tensor, at the re-export */
+ * data field (reexport.c): said once per tensor, at the re-export */
 static unsigned on_reexport(cs_lifecycle *lc, stripe *st, obj *o, const cs_event *ev, judge *j)
 {
-    /* aux says which promise the re-export lost: READ_ONLY, or byte_offset */
-    uint32_t told = ev->aux ? OF_RO_DROPPED : OF_OFFSET_DROPPED;
-    if (!o || o->state != CS_ST_CONSUMED || (o->flags & told))
+    if (!o || o->state != CS_ST_CONSUMED || (o->flags & OF_OFFSET_DROPPED))
         return 0;
-    o->flags |= told;
-    if (ev->aux)
-        ot_report(lc, j, CS_KIND_DLPACK_READ_ONLY_DROPPED, o, ev, ev->aux, 0);
-    else
-        ot_report(lc, j, CS_KIND_DLPACK_BYTE_OFFSET_IGNORED, o, ev, 1, ev->c);
+    o->flags |= OF_OFFSET_DROPPED;
+    ot_report(lc, j, CS_KIND_DLPACK_BYTE_OFFSET_IGNORED, o, ev, 1, ev->c);
     ot_hist_add(st, o, ev, j);
     return 0;
 }

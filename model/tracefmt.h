@@ -269,12 +269,8 @@ enum cs_event_kind {
     CS_EV_REEXPORT = 32,    /* a consumed tensor's memory exported again from its data field,
                              * byte_offset dropped: obj = the consumed tensor, a = the new
                              * struct, b = its first element, c = the dropped byte_offset;
-                             * stack: the new export's. With aux CS_REEXPORT_RO_*: the
-                             * consumed tensor was READ_ONLY and the new one is not, b =
-                             * its data, c = 0 */
+                             * stack: the new export's */
 };
-#define CS_REEXPORT_RO_VERSIONED 1u /* re-exported versioned, READ_ONLY cleared */
-#define CS_REEXPORT_RO_LEGACY 2u    /* re-exported legacy: it cannot say read-only */
 #define CS_EV_IS_ARROW(kind) ((kind) >= CS_EV_AR_EXPORT && (kind) <= 31)
 /* CS_EV_AR_EXPORT aux: the struct's type (low 4 bits) and where it came from */
 enum cs_ar_type { CS_AR_SCHEMA = 1, CS_AR_ARRAY = 2, CS_AR_STREAM = 3, CS_AR_DEVICE_ARRAY = 4,

@@ -29,8 +29,6 @@ COVERED = {
                           "test_dlpack_versioned.py::test_versioned_bad_tensor_shape_written"],
     "dlpack-byte-offset-ignored": ["test_dlpack_findings.py::test_byte_offset_ignored_by_torch",
                                    "test_dlpack_findings.py::test_byte_offset_dropped_by_reexport"],
-    "dlpack-read-only-dropped": ["test_dlpack_read_only.py::test_read_only_dropped_by_reexport",
-                                 "test_dlpack_read_only.py::test_read_only_dropped_by_legacy_reexport"],
     "dlpack-deleter-no-gil": ["test_gil.py::test_deleter_uses_python_without_gil"],
     "dlpack-device-mismatch": ["test_dlpack_findings.py::test_device_mismatch"],
     "numpy-leak": ["test_numpy_findings.py::test_leak_keep_forever",

@@ -7,7 +7,6 @@
 #include "probe.h"
 #include "pyapi.h"
 #include "quarantine.h"
-#include "readonly.h"
 #include "reexport.h"
 #include "runtime.h"
 #include "stack.h"
@@ -184,11 +183,8 @@ int cs_dl_lent(cs_loan *l, uint64_t a, uint16_t aux, uint8_t flags)
                    .flags = (uint8_t)((l->deleter ? 0 : CS_EVF_NULL_DELETER) | flags),
                    .extra = l->fp};
     cs_emit(&ev, 1, NULL, NULL);
-    if (!(aux & CS_DLV_X)) { /* a managed struct (an exchange-API view is a bare DLTensor) */
-        cs_dl_ro_note(l);
+    if (!(aux & CS_DLV_X))
         cs_dl_reexport_check(l, ev.stack); /* a consumer handing on what it took */
-        cs_dl_ro_check(l, ev.stack);
-    }
     if (!l->deleter && cs_opt.verbosity)
         dprintf(2, "capsan: note: DLManagedTensor %p %s with a NULL deleter (legal, R10: "
                    "consumers must not call it)\n", l->mt,

@@ -9,8 +9,6 @@
 #define CS_DL_DELETER_OFF 56        /* DLManagedTensor.deleter */
 #define CS_DLV_DELETER_OFF 16       /* DLManagedTensorVersioned.deleter */
 #define CS_DLV_TENSOR_OFF 32        /* DLManagedTensorVersioned.dl_tensor */
-#define CS_DLV_FLAGS_OFF 24         /* DLManagedTensorVersioned.flags */
-#define CS_DLV_READ_ONLY 1u         /* DLPACK_FLAG_BITMASK_READ_ONLY (R20) */
 #define CS_DL_BYTE_OFFSET_OFF 40    /* DLTensor.byte_offset */
 
 typedef struct cs_dl_problem {
